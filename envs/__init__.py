@@ -1,0 +1,1 @@
+"""Brax environments with state-wise costs and vector rewards; none yet."""

