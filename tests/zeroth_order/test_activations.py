@@ -1,0 +1,133 @@
+"""The activation helpers return the inputs each dense/conv layer actually multiplies."""
+
+import chex
+import equinox as eqx
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxopt_suite.zeroth_order import (
+    equinox_forward_with_activations,
+    flax_forward_with_activations,
+    szo_estimate,
+)
+
+
+class FlaxCNN(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Conv(4, (3, 3), padding="SAME", name="conv_same")(x))
+        x = nn.Conv(6, (3, 3), strides=2, padding="VALID", name="conv_strided")(x)
+        x = x.reshape(x.shape[0], -1)
+        hidden = nn.Dense(7, name="hidden")
+        return nn.Dense(3, name="out")(jnp.tanh(hidden(x)) + jnp.tanh(hidden(x) * 0.5)[:, :7])
+
+
+@pytest.fixture(scope="module")
+def flax_setup():
+    x = jax.random.normal(jax.random.key(0), (5, 8, 8, 2))
+    model = FlaxCNN()
+    variables = model.init(jax.random.key(1), x)
+    outputs, acts = jax.jit(lambda v, x: flax_forward_with_activations(model, v, x))(variables, x)
+    return model, variables, x, outputs, acts
+
+
+def _check_rows(rows, kernel, bias, output):
+    fan_out = kernel.shape[-1]
+    predicted = rows @ kernel.reshape(-1, fan_out) + bias[None, :]
+    np.testing.assert_allclose(predicted, output.reshape(-1, fan_out), atol=1e-5)
+
+
+def test_flax_conv_rows_reproduce_each_convolution(flax_setup):
+    model, variables, x, outputs, acts = flax_setup
+    params = variables["params"]
+    chex.assert_trees_all_close(outputs, model.apply(variables, x))
+    first = nn.Conv(4, (3, 3), padding="SAME").apply({"params": params["conv_same"]}, x)
+    _check_rows(
+        acts["params"]["conv_same"]["kernel"],
+        params["conv_same"]["kernel"],
+        params["conv_same"]["bias"],
+        first,
+    )
+    second = nn.Conv(6, (3, 3), strides=2, padding="VALID").apply(
+        {"params": params["conv_strided"]}, nn.relu(first)
+    )
+    _check_rows(
+        acts["params"]["conv_strided"]["kernel"],
+        params["conv_strided"]["kernel"],
+        params["conv_strided"]["bias"],
+        second,
+    )
+    assert acts["params"]["conv_same"]["bias"] is None
+
+
+def test_flax_shared_layer_stacks_every_call(flax_setup):
+    _, _, x, _, acts = flax_setup
+    rows = acts["params"]["hidden"]["kernel"]
+    chex.assert_shape(rows, (2 * x.shape[0], 54))
+    np.testing.assert_allclose(rows[:5], rows[5:])  # same input, called twice
+    chex.assert_shape(acts["params"]["out"]["kernel"], (5, 7))
+
+
+def test_equinox_helper_on_mlp_and_conv_sequential():
+    keys = jax.random.split(jax.random.key(2), 3)
+    conv = eqx.nn.Conv2d(2, 3, 3, padding=1, stride=1, key=keys[0])
+    model = eqx.nn.Sequential(
+        [
+            conv,
+            eqx.nn.Lambda(jax.nn.relu),
+            eqx.nn.Lambda(lambda z: z.reshape(-1)),
+            eqx.nn.Linear(3 * 6 * 6, 4, key=keys[1]),
+        ]
+    )
+    x = jax.random.normal(keys[2], (5, 2, 6, 6))
+    outputs, acts = eqx.filter_jit(equinox_forward_with_activations)(model, x)
+    chex.assert_trees_all_close(outputs, jax.vmap(model)(x), atol=1e-6)
+    rows = acts.layers[0].weight
+    conv_out = jax.vmap(conv)(x)  # (5, 3, 6, 6)
+    predicted = rows @ conv.weight.reshape(3, -1).T + conv.bias.reshape(1, -1)
+    np.testing.assert_allclose(predicted, jnp.moveaxis(conv_out, 1, -1).reshape(-1, 3), atol=1e-5)
+    hidden = jax.vmap(lambda e: jax.nn.relu(conv(e)).reshape(-1))(x)
+    np.testing.assert_allclose(acts.layers[3].weight, hidden, atol=1e-6)
+    assert acts.layers[0].bias is None
+
+    mlp = eqx.nn.MLP(4, 2, 8, 2, key=keys[0])
+    _, mlp_acts = equinox_forward_with_activations(mlp, jnp.ones((6, 4)))
+    chex.assert_shape(mlp_acts.layers[0].weight, (6, 4))
+    chex.assert_shape(mlp_acts.layers[2].weight, (6, 8))
+
+    scanned = eqx.nn.MLP(4, 2, 8, 3, scan=True, key=keys[1])
+    with pytest.raises(ValueError, match="scan=True"):
+        equinox_forward_with_activations(scanned, jnp.ones((6, 4)))
+
+
+def test_szo_accepts_both_helpers(flax_setup):
+    model, variables, x, _, acts = flax_setup
+
+    def value_fn(v):
+        return jnp.mean(model.apply(v, x) ** 2)
+
+    estimate = jax.jit(
+        lambda v, a: szo_estimate(
+            value_fn, v, jax.random.key(0), activations=a, kappa=2, layout="in_out"
+        )
+    )(variables, acts)
+    chex.assert_trees_all_equal_shapes(estimate.grad, variables)
+    chex.assert_tree_all_finite(estimate.grad)
+
+    mlp = eqx.nn.MLP(4, 2, 8, 2, key=jax.random.key(3))
+    inputs = jax.random.normal(jax.random.key(4), (6, 4))
+    params, static = eqx.partition(mlp, eqx.is_inexact_array)
+    _, mlp_acts = equinox_forward_with_activations(mlp, inputs)
+
+    def mlp_loss(p):
+        return jnp.mean(jax.vmap(eqx.combine(p, static))(inputs) ** 2)
+
+    estimate = szo_estimate(
+        mlp_loss, params, jax.random.key(0), activations=mlp_acts, kappa=2, layout="out_in"
+    )
+    chex.assert_trees_all_equal_shapes(estimate.grad, params)
+    # 2 directions x 8 outputs (x2 hidden layers) + 2 x 2, plus isotropic biases 8 + 8 + 2.
+    assert estimate.subspace_dim == 2 * 8 + 2 * 8 + 2 * 2 + 8 + 8 + 2

@@ -1,0 +1,141 @@
+"""Bad input gets a clear error that names the argument."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxopt_suite.zeroth_order import (
+    cv_zod_estimate,
+    scale_by_cv_zod,
+    scale_by_gaussian_smoothing,
+    scale_by_spsa,
+    scale_by_szo,
+    szo_estimate,
+)
+from tests.zeroth_order.conftest import quadratic
+
+FACTORIES = [scale_by_spsa, scale_by_gaussian_smoothing, scale_by_szo, scale_by_cv_zod]
+PARAMS = {"x": jnp.ones(8)}
+
+
+def _hint_args(factory):
+    return {"hint": {"x": jnp.ones(8)}} if factory is scale_by_cv_zod else {}
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_value_fn_must_return_a_scalar(factory):
+    transform = factory(jax.random.key(0))
+    state = transform.init(PARAMS)
+    with pytest.raises(ValueError, match="value_fn must return a scalar"):
+        transform.update(
+            PARAMS, state, PARAMS, value_fn=lambda p: p["x"] ** 2, **_hint_args(factory)
+        )
+    with pytest.raises(ValueError, match="has_aux"):
+        transform.update(
+            PARAMS,
+            state,
+            PARAMS,
+            value_fn=lambda p: (jnp.sum(p["x"]), p),
+            **_hint_args(factory),
+        )
+    with pytest.raises(TypeError, match="value_fn is required"):
+        transform.update(PARAMS, state, PARAMS, **_hint_args(factory))
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_num_directions_must_be_a_positive_int(factory, bad):
+    with pytest.raises((ValueError, TypeError), match="num_directions"):
+        factory(jax.random.key(0), num_directions=bad)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_key_and_sigma_are_checked(factory):
+    with pytest.raises(TypeError, match="key must be a jax PRNG key"):
+        factory(0)
+    with pytest.raises(ValueError, match="sigma must be > 0"):
+        factory(jax.random.key(0), sigma=0.0)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_params_are_required(factory):
+    value_fn, _ = quadratic()
+    transform = factory(jax.random.key(0))
+    with pytest.raises(ValueError, match="needs params"):
+        transform.update(PARAMS, transform.init(PARAMS), None, value_fn=value_fn)
+
+
+def test_activations_must_match_their_weight(linear_regression):
+    value_fn, params, _, inputs = linear_regression
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"activations for params\['w'\].*\(batch, 7\)"):
+        szo_estimate(value_fn, params, key, activations={"w": inputs[:, :7], "b": None})
+    with pytest.raises(
+        ValueError, match=r"activations for params\['w'\] must be \(batch, fan_in\)"
+    ):
+        szo_estimate(value_fn, params, key, activations={"w": inputs[None], "b": None})
+    with pytest.raises(ValueError, match="activations must have the pytree structure"):
+        szo_estimate(value_fn, params, key, activations=[inputs])
+
+
+def test_square_weights_need_a_layout():
+    params = {"w": jnp.ones((4, 4))}
+    value_fn = lambda p: jnp.sum(p["w"] ** 2)  # noqa: E731
+    activations = {"w": jnp.ones((3, 4))}
+    with pytest.raises(ValueError, match="layout='in_out'"):
+        szo_estimate(value_fn, params, jax.random.key(0), activations=activations)
+    estimate = szo_estimate(
+        value_fn, params, jax.random.key(0), activations=activations, layout="out_in"
+    )
+    assert estimate.grad["w"].shape == (4, 4)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        scale_by_szo(jax.random.key(0), layout="rows")
+
+
+def test_szo_orthogonalisation_needs_room():
+    value_fn, _ = quadratic()
+    with pytest.raises(ValueError, match="num_directions=9 exceeds the probe-space dimension 8"):
+        szo_estimate(value_fn, PARAMS, jax.random.key(0), num_directions=9)
+
+
+def test_hint_must_match_params():
+    value_fn, _ = quadratic()
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"hint leaf of shape \(7,\)"):
+        cv_zod_estimate(value_fn, PARAMS, {"x": jnp.ones(7)}, key)
+    with pytest.raises(ValueError, match=r"hint leaf of shape \(8, 2, 2\)"):
+        cv_zod_estimate(value_fn, PARAMS, {"x": jnp.ones((8, 2, 2))}, key)
+    with pytest.raises(ValueError, match="hint has k=9 directions for d=8"):
+        cv_zod_estimate(value_fn, PARAMS, {"x": jnp.ones((8, 9))}, key)
+    two_leaves = {"a": jnp.ones(3), "b": jnp.ones(2)}
+    with pytest.raises(ValueError, match="same trailing"):
+        cv_zod_estimate(
+            lambda p: jnp.sum(p["a"]) + jnp.sum(p["b"]),
+            two_leaves,
+            {"a": jnp.ones((3, 2)), "b": jnp.ones(2)},
+            key,
+        )
+    transform = scale_by_cv_zod(key)
+    with pytest.raises(ValueError, match="needs the extra arg hint"):
+        transform.update(PARAMS, transform.init(PARAMS), PARAMS, value_fn=value_fn)
+
+
+def test_cv_zod_mode_checks():
+    value_fn, _ = quadratic()
+    with pytest.raises(ValueError, match="mode must be one of"):
+        scale_by_cv_zod(jax.random.key(0), mode="best")
+    transform = scale_by_cv_zod(jax.random.key(0), mode="oracle")
+    with pytest.raises(ValueError, match="needs the extra arg true_grad"):
+        transform.update(
+            PARAMS, transform.init(PARAMS), PARAMS, value_fn=value_fn, hint={"x": jnp.ones(8)}
+        )
+
+
+def test_integer_params_are_refused():
+    with pytest.raises(TypeError, match="params must be floating point"):
+        cv_zod_estimate(
+            lambda p: jnp.sum(p["x"]).astype(jnp.float32),
+            {"x": jnp.ones(3, jnp.int32)},
+            {"x": jnp.ones(3)},
+            jax.random.key(0),
+        )

@@ -1,0 +1,217 @@
+"""Theory checks: unbiasedness and variance, with tolerances derived from the variance.
+
+Every mean is compared with ``Z * standard error`` (Z = 5, a false alarm per coordinate has
+probability ~6e-7), where the standard error comes from the theoretical variance when it is
+known in closed form and from the sample otherwise.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxopt_suite.zeroth_order import (
+    cv_zod_estimate,
+    gaussian_smoothing_estimate,
+    spsa_estimate,
+    szo_estimate,
+)
+from tests.zeroth_order.conftest import quadratic
+
+Z = 5.0
+DRAWS = 20_000
+
+
+def _draws(estimate, draws=DRAWS, seed=0):
+    keys = jax.random.split(jax.random.key(seed), draws)
+    return jax.jit(jax.vmap(estimate))(keys)
+
+
+def test_spsa_unbiased_on_quadratic_with_the_rademacher_variance():
+    value_fn, grad_fn = quadratic()
+    params = {"x": jnp.linspace(-1.0, 2.0, 8)}
+    g = np.asarray(grad_fn(params)["x"], np.float64)
+    samples = np.asarray(_draws(lambda k: spsa_estimate(value_fn, params, k, sigma=1e-2).grad)["x"])
+    # ghat_i = sum_j g_j D_j D_i: variance ||g||^2 - g_i^2 per coordinate.
+    variance = g @ g - g**2
+    np.testing.assert_array_less(np.abs(samples.mean(0) - g), Z * np.sqrt(variance / DRAWS))
+    np.testing.assert_allclose(samples.var(0), variance, rtol=0.1)
+
+
+def test_gaussian_smoothing_unbiased_on_quadratic_with_its_variance():
+    value_fn, grad_fn = quadratic()
+    params = {"x": jnp.linspace(-1.0, 2.0, 8)}
+    g = np.asarray(grad_fn(params)["x"], np.float64)
+    estimate = lambda k: gaussian_smoothing_estimate(value_fn, params, k, sigma=1e-2).grad  # noqa: E731
+    samples = np.asarray(_draws(estimate)["x"])
+    # E[(g.u)^2 u_i^2] - g_i^2 = ||g||^2 + g_i^2 for Gaussian u.
+    variance = g @ g + g**2
+    np.testing.assert_array_less(np.abs(samples.mean(0) - g), Z * np.sqrt(variance / DRAWS))
+    np.testing.assert_allclose(samples.var(0), variance, rtol=0.1)
+
+
+def test_gaussian_smoothing_estimates_the_smoothed_gradient_on_a_cubic():
+    """f = sum c_i x_i^3: grad f_mu = 3 c (x^2 + mu^2), which differs from grad f = 3 c x^2."""
+    coefficients = jnp.linspace(0.5, 1.5, 6)
+    mu = 0.8
+    draws = 100_000
+    params = {"x": jnp.linspace(-1.0, 1.0, 6)}
+
+    def value_fn(p):
+        return jnp.sum(coefficients * p["x"] ** 3)
+
+    estimate = lambda k: gaussian_smoothing_estimate(value_fn, params, k, sigma=mu).grad  # noqa: E731
+    samples = np.asarray(_draws(estimate, draws=draws)["x"], np.float64)
+    x = np.asarray(params["x"], np.float64)
+    smoothed = 3 * np.asarray(coefficients) * (x**2 + mu**2)
+    plain = 3 * np.asarray(coefficients) * x**2
+    tolerance = Z * samples.std(0, ddof=1) / np.sqrt(draws)
+    np.testing.assert_array_less(np.abs(samples.mean(0) - smoothed), tolerance)
+    assert np.all(np.abs(smoothed - plain) > 3 * tolerance)  # the test can tell them apart
+
+
+def _hints(g, key):
+    keys = jax.random.split(key, 3)
+    dim = g.shape[0]
+    return {
+        "random direction": {"x": jax.random.normal(keys[0], (dim,))},
+        "reversed, mis-scaled gradient": {"x": -7.0 * g},
+        "subspace k=3": {"x": jax.random.normal(keys[1], (dim, 3))},
+        "orthogonal to g": {
+            "x": (lambda n: n - (n @ g) / (g @ g) * g)(jax.random.normal(keys[2], (dim,)))
+        },
+    }
+
+
+@pytest.mark.parametrize("hint_name", list(_hints(jnp.ones(4), jax.random.key(0))))
+def test_cv_zod_unbiased_for_any_hint(hint_name):
+    value_fn, grad_fn = quadratic(12)
+    params = {"x": jnp.linspace(-1.0, 2.0, 12)}
+    g = grad_fn(params)["x"]
+    hint = _hints(g, jax.random.key(1))[hint_name]
+    for query_hint in (True, False):
+
+        def estimate(k, q=query_hint):
+            return cv_zod_estimate(
+                value_fn, params, hint, k, num_directions=4, sigma=1e-2, query_hint=q
+            ).grad
+
+        samples = np.asarray(_draws(estimate, draws=10_000)["x"], np.float64)
+        tolerance = Z * samples.std(0, ddof=1) / np.sqrt(samples.shape[0])
+        np.testing.assert_array_less(np.abs(samples.mean(0) - np.asarray(g)), tolerance)
+
+
+def _hint_with_quality(g, alpha, key):
+    noise = jax.random.normal(key, g.shape)
+    unit = g / jnp.linalg.norm(g)
+    noise = noise - (noise @ unit) * unit
+    return {"x": 2.5 * (alpha * unit + np.sqrt(1 - alpha**2) * noise / jnp.linalg.norm(noise))}
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.9])
+@pytest.mark.parametrize("variant", ["query", "oracle"])
+def test_cv_zod_mse_matches_the_best_coefficient_theory(alpha, variant):
+    dim, probes = 40, 10
+    value_fn, grad_fn = quadratic(dim)
+    params = {"x": jnp.linspace(-1.0, 2.0, dim)}
+    g = grad_fn(params)["x"]
+    hint = _hint_with_quality(g, alpha, jax.random.key(3))
+    true_grad = {"x": g} if variant == "oracle" else None
+
+    def squared_error(key):
+        estimate = cv_zod_estimate(
+            value_fn, params, hint, key, num_directions=probes, sigma=1e-2, true_grad=true_grad
+        )
+        return jnp.sum((estimate.grad["x"] - g) ** 2)
+
+    errors = np.asarray(_draws(squared_error, draws=8_000), np.float64)
+    theory = (dim + 1) * (1 - alpha**2) / probes * float(g @ g)
+    standard_error = errors.std(ddof=1) / np.sqrt(errors.size)
+    assert 4 * standard_error < 0.15 * theory  # the 15% band is far wider than the noise
+    assert abs(errors.mean() - theory) < 0.15 * theory
+
+
+def _corrected_projection(inputs, grad_w, kappa, power):
+    """U diag(w^2) U^T G with the documented correction w = (s / mean s)^power, ms(w) = 1."""
+    inputs = np.asarray(inputs, np.float64)
+    eigvals, eigvecs = np.linalg.eigh(inputs.T @ inputs / inputs.shape[0])
+    eigvals, eigvecs = eigvals[::-1][:kappa], eigvecs[:, ::-1][:, :kappa]
+    weights = (eigvals / eigvals.mean()) ** power
+    weights = weights / np.sqrt(np.mean(weights**2))
+    return eigvecs @ np.diag(weights**2) @ eigvecs.T @ np.asarray(grad_w, np.float64)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"covariance_power": 0.0, "orthogonalize": True},
+        {"covariance_power": 0.0, "orthogonalize": False},
+        {"covariance_power": 0.5, "orthogonalize": True},
+        {"covariance_power": -0.5, "orthogonalize": True},
+    ],
+)
+def test_szo_expectation_is_the_corrected_activation_projection(linear_regression, options):
+    value_fn, params, activations, inputs = linear_regression
+    grads = jax.grad(value_fn)(params)
+    kappa = 3
+
+    def estimate(key):
+        return szo_estimate(
+            value_fn,
+            params,
+            key,
+            activations=activations,
+            kappa=kappa,
+            num_directions=2,
+            sigma=1e-2,
+            **options,
+        ).grad
+
+    samples = _draws(estimate)
+    expected_w = _corrected_projection(inputs, grads["w"], kappa, options["covariance_power"])
+    for leaf, expected in (("w", expected_w), ("b", np.asarray(grads["b"]))):
+        values = np.asarray(samples[leaf], np.float64)
+        tolerance = Z * values.std(0, ddof=1) / np.sqrt(DRAWS)
+        np.testing.assert_array_less(np.abs(values.mean(0) - expected), tolerance)
+    # The projection is far from the full gradient, so the test separates the two.
+    tolerance_w = Z * np.asarray(samples["w"]).std(0, ddof=1) / np.sqrt(DRAWS)
+    assert np.max(np.abs(expected_w - np.asarray(grads["w"])) / tolerance_w) > 10
+
+
+def test_szo_bias_correction_recovers_the_full_gradient(linear_regression):
+    value_fn, params, activations, _ = linear_regression
+    grads = jax.grad(value_fn)(params)
+
+    def estimate(key):
+        return szo_estimate(
+            value_fn,
+            params,
+            key,
+            activations=activations,
+            kappa=3,
+            num_directions=2,
+            sigma=1e-2,
+            covariance_power=0.0,
+            bias_correction=True,
+            tail_weight=0.5,
+        ).grad
+
+    values = np.asarray(_draws(estimate)["w"], np.float64)
+    tolerance = Z * values.std(0, ddof=1) / np.sqrt(DRAWS)
+    np.testing.assert_array_less(np.abs(values.mean(0) - np.asarray(grads["w"])), tolerance)
+
+
+def test_szo_captured_energy_diagnostic(linear_regression):
+    value_fn, params, activations, inputs = linear_regression
+    grads = jax.grad(value_fn)(params)
+    estimate = szo_estimate(
+        value_fn, params, jax.random.key(0), activations=activations, kappa=3, true_grad=grads
+    )
+    projected = _corrected_projection(inputs, grads["w"], 3, 0.0)
+    energy = np.sum(projected**2) + np.sum(np.asarray(grads["b"]) ** 2)
+    total = sum(float(jnp.sum(leaf**2)) for leaf in jax.tree.leaves(grads))
+    assert float(estimate.captured_energy) == pytest.approx(energy / total, rel=1e-4)
+    assert estimate.subspace_dim == 3 * 3 + 3
+    assert estimate.num_evals == 2
+    without = szo_estimate(value_fn, params, jax.random.key(0), activations=activations, kappa=3)
+    assert np.isnan(float(without.captured_energy))
