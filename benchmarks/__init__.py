@@ -1,0 +1,17 @@
+"""Benchmark suites, run with ``jaxopt-suite bench [SUITE ...]``.
+
+Each suite module exposes ``run(*, quick, out_dir, progress) -> SuiteResult`` and writes its
+plot into ``out_dir``; the command line writes ``<out_dir>/<suite>.json``.
+"""
+
+import importlib
+
+SUITES = {
+    "zo": "benchmarks.zo",
+}
+
+
+def load_suite(name: str):
+    if name not in SUITES:
+        raise KeyError(f"unknown suite {name!r}; valid suites: {', '.join(sorted(SUITES))}")
+    return importlib.import_module(SUITES[name])

@@ -1,0 +1,235 @@
+"""What every benchmark suite shares: timing, memory, environment, targets, JSON, progress.
+
+Only ratios measured in the same run mean anything on a shared 2-core machine, so every
+suite measures its anchor (the baseline method) next to the method and reports both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import jax
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+
+Comparison = Literal[">=", "<=", ">", "<"]
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">=": lambda value, threshold: value >= threshold,
+    "<=": lambda value, threshold: value <= threshold,
+    ">": lambda value, threshold: value > threshold,
+    "<": lambda value, threshold: value < threshold,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One target of an issue, evaluated in the run that produced the JSON.
+
+    ``met`` is ``None`` when the run did not evaluate it (``value`` is then ``None`` too).
+    """
+
+    name: str
+    value: float | None
+    threshold: float
+    comparison: Comparison
+    met: bool | None
+    note: str = ""
+
+    @classmethod
+    def evaluate(
+        cls, name: str, value: float | None, threshold: float, comparison: Comparison, note=""
+    ) -> Target:
+        if comparison not in _COMPARE:
+            raise ValueError(f"comparison must be one of {sorted(_COMPARE)}, got {comparison!r}")
+        if value is None:
+            return cls(name, None, threshold, comparison, None, note or "not evaluated")
+        finite = math.isfinite(value)
+        met = finite and _COMPARE[comparison](value, threshold)
+        return cls(name, float(value), threshold, comparison, bool(met), note)
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryRow:
+    """A line of the printed table: a method's figure next to its anchor's, same run."""
+
+    method: str
+    metric: str
+    value: float
+    anchor: str
+    anchor_value: float
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.anchor_value if self.anchor_value else math.nan
+
+
+@dataclasses.dataclass
+class SuiteResult:
+    """Everything a suite writes to ``benchmarks/results/<suite>.json``."""
+
+    suite: str
+    quick: bool
+    parameters: dict[str, Any]
+    results: dict[str, Any]
+    summary: list[SummaryRow]
+    targets: list[Target]
+    plot: Path | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "quick": self.quick,
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "command": "jaxopt-suite bench " + self.suite + (" --quick" if self.quick else ""),
+            "environment": environment(),
+            "parameters": self.parameters,
+            "results": self.results,
+            "summary": [dict(dataclasses.asdict(row), ratio=row.ratio) for row in self.summary],
+            "targets": [dataclasses.asdict(t) for t in self.targets],
+            "plot": self.plot.name if self.plot else None,
+            "notes": self.notes,
+        }
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def environment() -> dict[str, Any]:
+    device = jax.devices()[0]
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None,
+        "backend": jax.default_backend(),
+        "device": device.device_kind,
+        "device_count": jax.device_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "git_sha": git_sha(),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    compile_s: float
+    median_s: float
+    iqr_s: float
+    repeats: int
+
+
+def time_jitted(fn: Callable, *args: Any, repeats: int = 7) -> Timing:
+    """Compile time (lower + compile) apart from the steady-state median of ``repeats`` runs."""
+    jitted = jax.jit(fn)
+    start = time.perf_counter()
+    compiled = jitted.lower(*args).compile()
+    compile_s = time.perf_counter() - start
+    jax.block_until_ready(compiled(*args))  # warm-up: first run may allocate
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        samples.append(time.perf_counter() - start)
+    quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+    return Timing(compile_s, statistics.median(samples), quartiles[2] - quartiles[0], repeats)
+
+
+def memory_bytes(fn: Callable, *args: Any) -> int | None:
+    """XLA's peak estimate of a jitted call: argument + output + temp - alias bytes."""
+    compiled = jax.jit(fn).lower(*args).compile()
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return None
+    return int(
+        analysis.argument_size_in_bytes
+        + analysis.output_size_in_bytes
+        + analysis.temp_size_in_bytes
+        - analysis.alias_size_in_bytes
+    )
+
+
+class Progress:
+    """A progress bar (rich) that suites drive with ``stage``; silent when disabled."""
+
+    def __init__(self, enabled: bool = True):
+        self._bar = None
+        if enabled:
+            from rich.progress import BarColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                "{task.completed}/{task.total}",
+                TimeElapsedColumn(),
+                transient=False,
+            )
+
+    def __enter__(self) -> Progress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    @contextlib.contextmanager
+    def stage(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
+        """Yields ``advance(n=1)`` for a stage of ``total`` units of work."""
+        if self._bar is None:
+            yield lambda n=1: None
+            return
+        task = self._bar.add_task(description, total=total)
+        try:
+            yield lambda n=1: self._bar.advance(task, n)
+        finally:
+            self._bar.update(task, completed=total)
+
+
+def write_result(result: SuiteResult, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result.suite}.json"
+    path.write_text(json.dumps(result.to_json(), indent=2, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")

@@ -1,0 +1,59 @@
+"""Renders ``benchmarks/results/*.json`` as the README's "Benchmarks" section."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+START = "<!-- benchmarks:start (jaxopt-suite report rewrites this block) -->"
+END = "<!-- benchmarks:end -->"
+
+
+def _number(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def render(results_dir: Path) -> str:
+    """Markdown tables of every suite's targets and method-vs-anchor figures."""
+    lines = []
+    for path in sorted(results_dir.glob("*.json")):
+        payload = json.loads(path.read_text())
+        env = payload["environment"]
+        lines.append(
+            f"**{payload['suite']}** — `{payload['command']}` on {env['device']} "
+            f"({env['cpu_count']} cores), jax {env['jax']}, commit `{(env['git_sha'] or '?')[:12]}`"
+            + (f", plot: `{path.parent.name}/{payload['plot']}`" if payload.get("plot") else "")
+        )
+        lines.append("")
+        lines.append("| target | value | threshold | met |")
+        lines.append("|---|---|---|---|")
+        for target in payload["targets"]:
+            met = {True: "yes", False: "**no**", None: "not evaluated"}[target["met"]]
+            lines.append(
+                f"| {target['name']} | {_number(target['value'])} | "
+                f"{target['comparison']} {_number(target['threshold'])} | {met} |"
+            )
+        lines.append("")
+        lines.append("| method | metric | value | anchor | anchor value | ratio |")
+        lines.append("|---|---|---|---|---|---|")
+        for row in payload["summary"]:
+            lines.append(
+                f"| {row['method']} | {row['metric']} | {_number(row['value'])} | "
+                f"{row['anchor']} | {_number(row['anchor_value'])} | {_number(row['ratio'])} |"
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def update_readme(readme: Path, results_dir: Path) -> None:
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{readme} has no benchmark markers ({START} ... {END})")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(head + START + "\n" + render(results_dir) + END + tail)

@@ -1,0 +1,154 @@
+"""The ``jaxopt-suite`` command line.
+
+``jaxopt-suite bench [SUITE ...] [--quick] [--out DIR]`` runs benchmark suites (all of them
+when none is named), shows progress, writes ``DIR/<suite>.json`` plus a PNG plot per suite,
+and prints each method next to its anchor measured in the same run, with the targets.
+
+``jaxopt-suite report [--results DIR] [--readme FILE]`` rewrites the README's benchmark
+section from the JSON files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that names the valid choices when it refuses an argument."""
+
+    def error(self, message: str):
+        valid = " ".join(
+            opt for action in self._actions for opt in action.option_strings if opt != "-h"
+        )
+        self.print_usage(sys.stderr)
+        hint = f"\nvalid options: {valid}" if valid else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
+
+
+def _benchmarks():
+    """Imports the ``benchmarks`` package of the source checkout."""
+    try:
+        return importlib.import_module("benchmarks")
+    except ImportError:
+        root = Path(__file__).resolve().parent.parent
+        if not (root / "benchmarks" / "__init__.py").is_file():
+            raise SystemExit(
+                "jaxopt-suite bench: the benchmark suites live in the source checkout "
+                "(benchmarks/); run from a clone installed with 'pip install -e .[all]'"
+            ) from None
+        sys.path.insert(0, str(root))
+        return importlib.import_module("benchmarks")
+
+
+def _format(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _print_summary(results) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="method vs anchor (same run)")
+    for column in ("suite", "method", "metric", "value", "anchor", "anchor value", "ratio"):
+        table.add_column(column)
+    for result in results:
+        for row in result.summary:
+            table.add_row(
+                result.suite,
+                row.method,
+                row.metric,
+                _format(row.value),
+                row.anchor,
+                _format(row.anchor_value),
+                _format(row.ratio),
+            )
+    console.print(table)
+    targets = Table(title="targets")
+    for column in ("suite", "target", "value", "threshold", "met"):
+        targets.add_column(column)
+    for result in results:
+        for target in result.targets:
+            met = "not evaluated" if target.met is None else _format(target.met)
+            threshold = f"{target.comparison} {_format(target.threshold)}"
+            targets.add_row(result.suite, target.name, _format(target.value), threshold, met)
+    console.print(targets)
+
+
+def _bench(args, parser) -> int:
+    benchmarks = _benchmarks()
+    from benchmarks.harness import DEFAULT_RESULTS_DIR, Progress, write_result
+
+    names = args.suites or sorted(benchmarks.SUITES)
+    unknown = [name for name in names if name not in benchmarks.SUITES]
+    if unknown:
+        parser.error(
+            f"unknown suite(s): {', '.join(unknown)}; valid suites: "
+            + ", ".join(sorted(benchmarks.SUITES))
+        )
+    out_dir = Path(args.out) if args.out else DEFAULT_RESULTS_DIR
+    results = []
+    with Progress(enabled=not args.no_progress) as progress:
+        for name in names:
+            suite = benchmarks.load_suite(name)
+            result = suite.run(quick=args.quick, out_dir=out_dir, progress=progress)
+            path = write_result(result, out_dir)
+            results.append(result)
+            print(f"wrote {path}" + (f" and {out_dir / result.plot.name}" if result.plot else ""))
+    _print_summary(results)
+    return 0
+
+
+def _report(args) -> int:
+    _benchmarks()
+    from benchmarks.harness import DEFAULT_RESULTS_DIR
+    from benchmarks.report import update_readme
+
+    results = Path(args.results) if args.results else DEFAULT_RESULTS_DIR
+    readme = Path(args.readme) if args.readme else DEFAULT_RESULTS_DIR.parent.parent / "README.md"
+    update_readme(readme, results)
+    print(f"updated {readme} from {results}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog="jaxopt-suite", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
+    bench = commands.add_parser("bench", help="run benchmark suites and write JSON + plots")
+    bench.add_argument("suites", nargs="*", metavar="SUITE", help="suites to run (default: all)")
+    bench.add_argument("--quick", action="store_true", help="smaller sizes (make demo)")
+    bench.add_argument("--out", metavar="DIR", help="output directory (benchmarks/results)")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    report = commands.add_parser("report", help="rewrite the README benchmark tables")
+    report.add_argument("--results", metavar="DIR", help="JSON directory (benchmarks/results)")
+    report.add_argument("--readme", metavar="FILE", help="README to update (README.md)")
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Report against the subcommand, so the message lists that command's options.
+        {"bench": bench, "report": report}.get(args.command, parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+        )
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command == "report":
+        return _report(args)
+    return _bench(args, bench)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The command line and the benchmark harness, on a tiny stand-in suite."""
+
+import json
+import sys
+import types
+
+import pytest
+
+import benchmarks
+from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target, memory_bytes, time_jitted
+from jaxopt_suite import cli
+
+
+def test_unknown_suite_lists_the_valid_ones(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", "no-such-suite"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown suite(s): no-such-suite" in err and "valid suites: zo" in err
+
+
+def test_unknown_flag_lists_the_valid_ones(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", "--fast"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --fast" in err
+    assert "valid options:" in err and "--quick" in err and "--out" in err
+
+
+def test_unknown_command(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["launch"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def _tiny_suite(out_dir_seen):
+    def run(*, quick, out_dir, progress):
+        import jax.numpy as jnp
+
+        out_dir_seen.append(out_dir)
+        with progress.stage("tiny", 2) as advance:
+            advance()
+            advance()
+        timing = time_jitted(lambda x: jnp.sum(x**2), jnp.ones(8), repeats=3)
+        plot = out_dir / "tiny.png"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        plot.write_bytes(b"\x89PNG")
+        return SuiteResult(
+            "tiny",
+            quick,
+            {"size": 8},
+            {"median_s": timing.median_s, "bytes": memory_bytes(lambda x: x * 2, jnp.ones(8))},
+            [SummaryRow("method", "seconds", 1.0, "anchor", 4.0)],
+            [
+                Target.evaluate("speed-up", 4.0, 3.0, ">="),
+                Target.evaluate("missed", 0.5, 0.25, "<="),
+                Target.evaluate("skipped in quick mode", None, 1.0, ">="),
+            ],
+            plot,
+        )
+
+    return types.SimpleNamespace(run=run)
+
+
+def test_bench_writes_json_with_targets_and_environment(tmp_path, monkeypatch, capsys):
+    seen = []
+    monkeypatch.setitem(benchmarks.SUITES, "tiny", "tests.tiny_suite")
+    monkeypatch.setitem(sys.modules, "tests.tiny_suite", _tiny_suite(seen))
+    assert cli.main(["bench", "tiny", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert seen == [tmp_path]
+    payload = json.loads((tmp_path / "tiny.json").read_text())
+    assert payload["suite"] == "tiny" and payload["quick"] is True
+    assert payload["command"] == "jaxopt-suite bench tiny --quick"
+    assert payload["plot"] == "tiny.png" and (tmp_path / "tiny.png").is_file()
+    env = payload["environment"]
+    assert {"jax", "device", "backend", "git_sha", "python"} <= set(env)
+    targets = {t["name"]: t for t in payload["targets"]}
+    assert targets["speed-up"]["met"] is True
+    assert targets["missed"]["met"] is False
+    assert targets["skipped in quick mode"]["met"] is None
+    assert set(targets["speed-up"]) >= {"name", "value", "threshold", "comparison", "met"}
+    assert payload["summary"][0]["ratio"] == pytest.approx(0.25)
+    assert payload["results"]["bytes"] > 0
+    out = capsys.readouterr().out
+    assert "method vs anchor" in out and "not evaluated" in out
+
+
+def test_target_comparisons():
+    assert Target.evaluate("a", float("nan"), 1.0, ">=").met is False
+    assert Target.evaluate("b", float("inf"), 1.0, "<=").met is False
+    assert Target.evaluate("c", 2.0, 2.0, ">=").met is True
+    with pytest.raises(ValueError, match="comparison"):
+        Target.evaluate("d", 1.0, 1.0, "==")
+
+
+def test_progress_stages_are_silent_when_disabled():
+    with Progress(enabled=False) as progress, progress.stage("x", 3) as advance:
+        advance()
+        advance(2)
+
+
+def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch):
+    from benchmarks.report import END, START
+
+    seen = []
+    monkeypatch.setitem(benchmarks.SUITES, "tiny", "tests.tiny_suite")
+    monkeypatch.setitem(sys.modules, "tests.tiny_suite", _tiny_suite(seen))
+    results = tmp_path / "results"
+    cli.main(["bench", "tiny", "--out", str(results), "--no-progress"])
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\nstale\n{END}\noutro\n")
+    assert cli.main(["report", "--results", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith(f"{END}\noutro\n")
+    assert "stale" not in text
+    assert "| speed-up | 4 | >= 3 | yes |" in text
+    assert "| missed | 0.5 | <= 0.25 | **no** |" in text
+    assert "| method | seconds | 1 | anchor | 4 | 0.25 |" in text
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="no benchmark markers"):
+        cli.main(["report", "--results", str(results), "--readme", str(readme)])

@@ -1,0 +1,28 @@
+"""The example scripts run end to end and show what they claim, at --quick sizes."""
+
+import importlib.util
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_szo_trains_an_mlp_faster_than_spsa():
+    example = _load("szo_mlp")
+    szo_accuracy = example.main(["--quick", "--method", "szo"])
+    spsa_accuracy = example.main(["--quick", "--method", "spsa"])
+    assert szo_accuracy > spsa_accuracy + 0.1
+
+
+def test_cv_zod_uses_a_good_hint_and_survives_a_useless_one():
+    example = _load("cv_zod_hints")
+    cv, plain = example.main(["--quick", "--alpha", "0.9"])
+    assert cv < 0.1 * plain
+    cv, plain = example.main(["--quick", "--alpha", "0.0"])
+    assert cv < 1.5 * plain
