@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 START = "<!-- benchmarks:start (jaxopt-suite report rewrites this block) -->"
@@ -18,8 +19,9 @@ def _number(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def render(results_dir: Path) -> str:
-    """Markdown tables of every suite's targets and method-vs-anchor figures."""
+def render(results_dir: Path, relative_to: Path | None = None) -> str:
+    """Markdown tables of every suite's targets and method-vs-anchor figures, and its plot
+    (linked relative to ``relative_to``, the README's directory)."""
     lines = []
     for path in sorted(results_dir.glob("*.json")):
         payload = json.loads(path.read_text())
@@ -27,9 +29,13 @@ def render(results_dir: Path) -> str:
         lines.append(
             f"**{payload['suite']}** — `{payload['command']}` on {env['device']} "
             f"({env['cpu_count']} cores), jax {env['jax']}, commit `{(env['git_sha'] or '?')[:12]}`"
-            + (f", plot: `{path.parent.name}/{payload['plot']}`" if payload.get("plot") else "")
         )
         lines.append("")
+        if payload.get("plot"):
+            plot = path.parent / payload["plot"]
+            link = os.path.relpath(plot, relative_to) if relative_to else str(plot)
+            lines.append(f"![{payload['suite']} benchmark]({link})")
+            lines.append("")
         lines.append("| target | value | threshold | met |")
         lines.append("|---|---|---|---|")
         for target in payload["targets"]:
@@ -56,4 +62,5 @@ def update_readme(readme: Path, results_dir: Path) -> None:
         raise ValueError(f"{readme} has no benchmark markers ({START} ... {END})")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + START + "\n" + render(results_dir) + END + tail)
+    body = render(results_dir.resolve(), readme.resolve().parent)
+    readme.write_text(head + START + "\n" + body + END + tail)

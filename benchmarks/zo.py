@@ -396,7 +396,7 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     model = MLP()
     draws = 100 if quick else 400
     train_steps = 2000 if quick else 4000
-    eval_every = train_steps // 40
+    eval_every = 25
     lrs = jnp.asarray([1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1])
     cv_draws, chains, chain_steps = (60, 8, 40) if quick else (200, 16, 60)
     parameters = {
@@ -412,6 +412,11 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
         "szo_training_target_config": {WHITENED_NAME: SZO_WHITENED},
         "train_steps": train_steps,
         "train_probes": 1,
+        "train_protocol": (
+            "SGD with a constant step size from the grid, each method at the step size with "
+            "the lowest final full-train loss; SZO is charged 3 forward passes per step "
+            "(2 probes + the activation pass), SPSA 2"
+        ),
         "eval_every": eval_every,
         "learning_rates": [float(v) for v in lrs],
         "cv_zod": {

@@ -117,6 +117,7 @@ def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch):
     assert "| speed-up | 4 | >= 3 | yes |" in text
     assert "| missed | 0.5 | <= 0.25 | **no** |" in text
     assert "| method | seconds | 1 | anchor | 4 | 0.25 |" in text
+    assert "![tiny benchmark](results/tiny.png)" in text
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="no benchmark markers"):
         cli.main(["report", "--results", str(results), "--readme", str(readme)])

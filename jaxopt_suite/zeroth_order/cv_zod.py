@@ -93,12 +93,8 @@ class CVZODState(NamedTuple):
     step_scale: jax.Array  # float [], factor applied to the last estimate (1 in query mode)
 
 
-def hint_basis(params: Any, hint: Any) -> jax.Array:
-    """Orthonormal basis (d, k) of a hint given as a pytree like params.
-
-    Each hint leaf has the shape of its parameter leaf (one direction, k = 1) or that shape
-    with a trailing axis of size k (a subspace), the same k for every leaf.
-    """
+def _hint_matrix(params: Any, hint: Any) -> jax.Array:
+    """The hint as a (d, k) matrix of raw directions, after checking its shapes."""
     if hint is None:
         raise ValueError("scale_by_cv_zod needs the extra arg hint: a pytree like params")
     leaves = jax.tree.leaves(params)
@@ -124,11 +120,19 @@ def hint_basis(params: Any, hint: Any) -> jax.Array:
             "hint leaves must all be single directions or all carry the same trailing "
             f"subspace axis; got trailing sizes {sorted(w or 0 for w in widths)}"
         )
-    basis = jnp.concatenate(columns, axis=0)
-    if basis.shape[1] > basis.shape[0]:
-        raise ValueError(f"hint has k={basis.shape[1]} directions for d={basis.shape[0]}")
-    dtype = jnp.result_type(*leaves)
-    q, _ = jnp.linalg.qr(basis.astype(dtype))
+    matrix = jnp.concatenate(columns, axis=0)
+    if matrix.shape[1] > matrix.shape[0]:
+        raise ValueError(f"hint has k={matrix.shape[1]} directions for d={matrix.shape[0]}")
+    return matrix.astype(jnp.result_type(*leaves))
+
+
+def hint_basis(params: Any, hint: Any) -> jax.Array:
+    """Orthonormal basis (d, k) of a hint given as a pytree like params.
+
+    Each hint leaf has the shape of its parameter leaf (one direction, k = 1) or that shape
+    with a trailing axis of size k (a subspace), the same k for every leaf.
+    """
+    q, _ = jnp.linalg.qr(_hint_matrix(params, hint))
     return q
 
 
@@ -288,7 +292,7 @@ def scale_by_cv_zod(
         if mode == "oracle" and true_grad is None:
             raise ValueError("scale_by_cv_zod(mode='oracle') needs the extra arg true_grad")
         next_key, probe_key = jax.random.split(state.key)
-        dim, width = hint_basis(params, hint).shape
+        dim, width = _hint_matrix(params, hint).shape  # shapes only: no QR traced here
         # Ratio of averages: the EMAs' common debiasing factor cancels.
         previous = alpha2_from(state.captured_ema, state.total_ema)
         if mode == "adaptive":

@@ -138,16 +138,16 @@ def _layer_block(
     num_rows, fan_in = inputs.shape
     out_in = _orientation(path, leaf.shape, fan_in, layout)
     fan_out = leaf.size // fan_in
-    head = min(kappa, fan_in)
+    # Directions outside the inputs' span carry no gradient: never probe past the rank.
+    rank = min(num_rows, fan_in)
+    head = min(kappa, rank)
     inputs = jax.lax.stop_gradient(inputs).astype(leaf.dtype)
-    if num_rows >= fan_in or head > num_rows:
+    if num_rows >= fan_in:
         eigvals, eigvecs = jnp.linalg.eigh(inputs.T @ inputs / num_rows)
         eigvals, eigvecs = eigvals[::-1], eigvecs[:, ::-1]
-        rank = fan_in
     else:  # few rows: the thin SVD is cheaper and spans the same row space
         _, singular, vt = jnp.linalg.svd(inputs, full_matrices=False)
         eigvals, eigvecs = singular**2 / num_rows, vt.T
-        rank = num_rows
     width = rank if bias_correction else head
     eigvals = jnp.maximum(eigvals[:width], 0.0)
     head_vals = eigvals[:head]
@@ -237,7 +237,8 @@ def szo_estimate(
         (N, fan_in) inputs its layer saw in the current forward pass (conv layers: their
         im2col patches), ``None`` elsewhere; see :mod:`jaxopt_suite.zeroth_order.activations`.
         ``None`` means isotropic probes everywhere.
-      kappa: eigenvectors kept per layer (capped at fan_in; static).
+      kappa: eigenvectors kept per layer (static), capped at the rank bound
+        ``min(rows, fan_in)`` of the layer's inputs.
       num_directions: probes q (static); with ``orthogonalize`` at most k_eff.
       sigma: finite-difference step.
       orthogonalize: QR-orthogonalise the q probes within the probe space.

@@ -5,6 +5,7 @@ probability ~6e-7), where the standard error comes from the theoretical variance
 known in closed form and from the sample otherwise.
 """
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -215,3 +216,14 @@ def test_szo_captured_energy_diagnostic(linear_regression):
     assert estimate.num_evals == 2
     without = szo_estimate(value_fn, params, jax.random.key(0), activations=activations, kappa=3)
     assert np.isnan(float(without.captured_energy))
+
+
+def test_szo_never_probes_past_the_rank_of_the_inputs(linear_regression):
+    value_fn, params, _, inputs = linear_regression
+    few_rows = {"w": inputs[:2], "b": None}
+    estimate = szo_estimate(
+        value_fn, params, jax.random.key(0), activations=few_rows, kappa=8, covariance_power=-0.5
+    )
+    # Two input rows span two fan-in directions: 2 x 3 outputs, plus the isotropic bias.
+    assert estimate.subspace_dim == 2 * 3 + 3
+    chex.assert_tree_all_finite(estimate.grad)
