@@ -336,12 +336,15 @@ def _plot(results, path: Path) -> None:
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     ax = axes[0, 0]
-    for name, per_q in results["cosine_mlp"].items():
+    colors = plt.get_cmap("tab20").colors
+    for index, (name, per_q) in enumerate(results["cosine_mlp"].items()):
         passes = [v["forward_passes"] for v in per_q.values()]
         cos = [v["cosine"] for v in per_q.values()]
         style = "--" if name in ("SPSA", "Gaussian") else "-"
-        ax.plot(passes, cos, style, marker="o", label=name)
+        ax.plot(passes, cos, style, marker="o", label=name, color=colors[index % len(colors)])
     ax.set(xscale="log", yscale="log", xlabel="forward passes per estimate", ylabel="cosine")
+    ax.minorticks_off()
+    ax.set_xticks([2, 4, 8, 16, 32], ["2", "4", "8", "16", "32"])
     ax.set_title("MLP on digits: cosine with the true gradient")
     ax.legend(fontsize=7)
     ax = axes[0, 1]
@@ -377,6 +380,8 @@ def _plot(results, path: Path) -> None:
             passes = [v["forward_passes"] for v in per_q.values()]
             ax.plot(passes, [v["cosine"] for v in per_q.values()], marker="o", label=name)
         ax.set(xscale="log", yscale="log", xlabel="forward passes", ylabel="cosine")
+        ax.minorticks_off()
+        ax.set_xticks([2, 4, 8, 16, 32], ["2", "4", "8", "16", "32"])
         ax.set_title("CNN on Fashion-MNIST: cosine with the true gradient")
         ax.legend(fontsize=7)
     else:
