@@ -4,9 +4,11 @@ For a linear layer ``z = W a`` the minibatch gradient is ``sum_b delta_b a_b^T``
 side lies in the span of the layer's inputs ``a_b`` of the same forward pass. SZO-kappa
 (seed abstract 8) therefore spends its perturbation budget inside the top-kappa eigenspace
 ``U_k`` of the input second-moment matrix ``A^T A / N`` of each 2-D (or convolution) weight,
-probing ``V = U_k Z`` with Gaussian ``Z`` (``Z U_k^T`` in the ``W a`` orientation). Leaves
-without activations (biases, embeddings, anything the caller leaves ``None``) are probed
-isotropically. Over the whole pytree the probe lives in a space of dimension
+probing ``V = U_k Z`` with Gaussian ``Z`` (``Z U_k^T`` in the ``W a`` orientation). A bias
+next to its weight (a sibling leaf named ``bias`` or ``b``) is the weight of a constant
+input, so the pair is probed in the span of ``[a, 1]``; other leaves without activations
+(embeddings, scales, anything the caller leaves ``None``) are probed isotropically. Over the
+whole pytree the probe lives in a space of dimension
 ``k_eff = sum_l kappa * fan_out_l + (isotropic sizes)`` instead of ``D``, so the expected
 cosine with the gradient rises from ``sqrt(q / D)`` to about ``rho * sqrt(q / k_eff)`` where
 ``rho^2`` is the share of the gradient's energy inside the subspace.
@@ -83,15 +85,18 @@ class SZOState(NamedTuple):
 
 
 class _Block(NamedTuple):
-    """How one leaf's probe coordinates map into the leaf."""
+    """How a slice of the probe coordinates maps into one weight leaf (and its bias)."""
 
-    shape: tuple[int, ...]
+    leaf: int  # index of the leaf among the params leaves
+    shape: tuple[int, ...]  # that leaf's shape
     num_coords: int  # static
-    basis: jax.Array | None  # (fan_in, r) orthonormal, head columns first; None: isotropic
+    basis: jax.Array | None  # (fan_in [+ 1], r) orthonormal, head first; None: isotropic
     probe_weights: jax.Array | None  # (r,) scale of each basis direction in the probes
     estimate_weights: jax.Array | None  # (r,) scale of each basis direction in the estimate
     head: int  # number of leading basis columns spanning the top-kappa subspace
     out_in: bool  # leaf is (fan_out, *fan_in) rather than (*fan_in, fan_out)
+    bias: int | None = None  # index of the paired bias leaf (last basis row), if any
+    bias_shape: tuple[int, ...] = ()
 
 
 def _orientation(path: str, shape: tuple[int, ...], fan_in: int, layout: Layout) -> bool:
@@ -121,16 +126,22 @@ def _orientation(path: str, shape: tuple[int, ...], fan_in: int, layout: Layout)
 
 
 def _layer_block(
+    index: int,
     path: str,
     leaf: jax.Array,
     inputs: jax.Array,
+    bias: tuple[int, tuple[int, ...]] | None,
     kappa: int,
     layout: Layout,
     covariance_power: jax.Array,
     bias_correction: bool,
     tail_weight: jax.Array,
 ) -> _Block:
-    """Spectral probe block of one weight leaf from its layer inputs (batch, fan_in)."""
+    """Spectral probe block of one weight leaf from its layer inputs (batch, fan_in).
+
+    With a paired ``bias`` (its leaf index and shape) the layer is treated as linear in the
+    augmented input ``[a, 1]``: the bias is the weight of a constant input.
+    """
     if inputs.ndim != 2:
         raise ValueError(
             f"activations for params{path} must be (batch, fan_in), got shape {inputs.shape}"
@@ -138,10 +149,13 @@ def _layer_block(
     num_rows, fan_in = inputs.shape
     out_in = _orientation(path, leaf.shape, fan_in, layout)
     fan_out = leaf.size // fan_in
+    inputs = jax.lax.stop_gradient(inputs).astype(leaf.dtype)
+    if bias is not None:
+        inputs = jnp.concatenate([inputs, jnp.ones((num_rows, 1), leaf.dtype)], axis=1)
+        fan_in += 1
     # Directions outside the inputs' span carry no gradient: never probe past the rank.
     rank = min(num_rows, fan_in)
     head = min(kappa, rank)
-    inputs = jax.lax.stop_gradient(inputs).astype(leaf.dtype)
     if num_rows >= fan_in:
         eigvals, eigvecs = jnp.linalg.eigh(inputs.T @ inputs / num_rows)
         eigvals, eigvecs = eigvals[::-1], eigvecs[:, ::-1]
@@ -158,6 +172,7 @@ def _layer_block(
     head_weights = head_weights.astype(leaf.dtype)
     tail = jnp.full((width - head,), tail_weight, leaf.dtype)
     return _Block(
+        index,
         tuple(leaf.shape),
         width * fan_out,
         eigvecs[:, :width],
@@ -165,31 +180,61 @@ def _layer_block(
         jnp.concatenate([head_weights, 1.0 / tail]),
         head,
         out_in,
+        None if bias is None else bias[0],
+        () if bias is None else bias[1],
     )
 
 
-def _embed(block: _Block, coords: jax.Array, probe: bool) -> jax.Array:
-    """Maps coordinates into the leaf, with the probe's or the estimate's weights."""
+def _embed(block: _Block, coords: jax.Array, probe: bool) -> dict[int, jax.Array]:
+    """Maps coordinates into the block's leaves, with the probe's or the estimate's weights."""
     if block.basis is None:
-        return coords.reshape(block.shape)
+        return {block.leaf: coords.reshape(block.shape)}
     width = block.basis.shape[1]
     weights = block.probe_weights if probe else block.estimate_weights
     matrix = block.basis @ (coords.reshape(width, -1) * weights[:, None])
-    return (matrix.T if block.out_in else matrix).reshape(block.shape)
+    parts = {}
+    if block.bias is not None:
+        parts[block.bias] = matrix[-1].reshape(block.bias_shape)
+        matrix = matrix[:-1]
+    parts[block.leaf] = (matrix.T if block.out_in else matrix).reshape(block.shape)
+    return parts
 
 
 def _captured_energy(blocks: list[_Block], grads: list[jax.Array]) -> jax.Array:
-    captured, total = 0.0, 0.0
-    for block, grad in zip(blocks, grads, strict=True):
-        energy = jnp.sum(jnp.square(grad))
-        total = total + energy
+    """Share of the gradient's energy inside the head subspaces (isotropic leaves: all)."""
+    total = sum(jnp.sum(jnp.square(grad)) for grad in grads)
+    captured = 0.0
+    for block in blocks:
+        grad = grads[block.leaf]
         if block.basis is None:
-            captured = captured + energy
-        else:
-            fan_in = block.basis.shape[0]
-            oriented = grad.reshape(-1, fan_in).T if block.out_in else grad.reshape(fan_in, -1)
-            captured = captured + jnp.sum(jnp.square(block.basis[:, : block.head].T @ oriented))
+            captured = captured + jnp.sum(jnp.square(grad))
+            continue
+        fan_in = block.basis.shape[0] - (block.bias is not None)
+        oriented = grad.reshape(-1, fan_in).T if block.out_in else grad.reshape(fan_in, -1)
+        if block.bias is not None:
+            oriented = jnp.concatenate([oriented, grads[block.bias].reshape(1, -1)], axis=0)
+        captured = captured + jnp.sum(jnp.square(block.basis[:, : block.head].T @ oriented))
     return captured / total
+
+
+def _bias_partners(flat_paths: list, inputs: list) -> dict[int, int]:
+    """Weight leaf index -> index of its bias: a sibling named ``bias`` or ``b`` that has no
+    activations of its own and one entry per output (checked against fan_out later)."""
+    siblings: dict[tuple, dict] = {}
+    for index, (path, _) in enumerate(flat_paths):
+        name = getattr(path[-1], "key", getattr(path[-1], "name", None)) if path else None
+        siblings.setdefault(tuple(str(k) for k in path[:-1]), {})[name] = index
+    partners = {}
+    for index, (path, _) in enumerate(flat_paths):
+        if inputs[index] is None or not path:
+            continue
+        family = siblings[tuple(str(k) for k in path[:-1])]
+        for name in ("bias", "b"):
+            candidate = family.get(name)
+            if candidate is not None and candidate != index and inputs[candidate] is None:
+                partners[index] = candidate
+                break
+    return partners
 
 
 def _check_options(kappa, num_directions, sigma, tail_weight, layout) -> tuple[int, int]:
@@ -216,6 +261,7 @@ def szo_estimate(
     bias_correction: bool = False,
     tail_weight: float | jax.Array = 0.1,
     layout: Layout = "auto",
+    pair_biases: bool = True,
     true_grad: Any = None,
 ) -> SZOEstimate:
     """SZO-kappa gradient estimate from ``num_directions`` activation-supported probes.
@@ -248,6 +294,9 @@ def szo_estimate(
       tail_weight: probe weight of the tail directions.
       layout: ``"in_out"`` if weights are (*fan_in, fan_out) (x @ W: flax), ``"out_in"`` if
         (fan_out, *fan_in) (W @ x: equinox, PyTorch), ``"auto"`` to infer from shapes.
+      pair_biases: treat a weight's sibling leaf named ``bias`` or ``b`` (one entry per
+        output, no activations of its own) as the weight of a constant input, so the layer
+        is probed in the span of ``[a, 1]`` instead of probing the bias isotropically.
       true_grad: optional true gradient, only for the ``captured_energy`` diagnostic.
 
     Returns:
@@ -262,24 +311,38 @@ def szo_estimate(
         if activations is None
         else flatten_like(params, activations, "activations")
     )
-    blocks = []
-    for (path, leaf), leaf_inputs in zip(flat_paths, inputs, strict=True):
+    partners = _bias_partners(flat_paths, inputs) if pair_biases else {}
+    blocks, paired = [], set()
+    for index, ((path, leaf), leaf_inputs) in enumerate(zip(flat_paths, inputs, strict=True)):
         if leaf_inputs is None or jnp.ndim(leaf) < 2:
-            shape = tuple(jnp.shape(leaf))
-            blocks.append(_Block(shape, math.prod(shape), None, None, None, 0, False))
-        else:
-            blocks.append(
-                _layer_block(
-                    jax.tree_util.keystr(path),
-                    leaf,
-                    jnp.asarray(leaf_inputs),
-                    kappa,
-                    layout,
-                    covariance_power,
-                    bias_correction,
-                    tail_weight,
-                )
+            continue
+        leaf_inputs = jnp.asarray(leaf_inputs)
+        bias = None
+        partner = partners.get(index)
+        if partner is not None and partner not in paired and leaf_inputs.ndim == 2:
+            fan_out = jnp.size(leaf) // leaf_inputs.shape[-1]
+            if jnp.size(leaves[partner]) == fan_out:
+                bias = (partner, tuple(jnp.shape(leaves[partner])))
+                paired.add(partner)
+        blocks.append(
+            _layer_block(
+                index,
+                jax.tree_util.keystr(path),
+                leaf,
+                leaf_inputs,
+                bias,
+                kappa,
+                layout,
+                covariance_power,
+                bias_correction,
+                tail_weight,
             )
+        )
+    covered = {block.leaf for block in blocks} | paired
+    for index, leaf in enumerate(leaves):
+        if index not in covered:
+            shape = tuple(jnp.shape(leaf))
+            blocks.append(_Block(index, shape, math.prod(shape), None, None, None, 0, False))
     offsets = [0]
     for block in blocks:
         offsets.append(offsets[-1] + block.num_coords)
@@ -287,13 +350,12 @@ def szo_estimate(
     dtype = jnp.result_type(*leaves)
 
     def embed(coords: jax.Array, probe: bool) -> Any:
-        parts = [
-            _embed(block, coords[start:stop], probe).astype(leaf.dtype)
-            for block, leaf, start, stop in zip(
-                blocks, leaves, offsets[:-1], offsets[1:], strict=True
-            )
-        ]
-        return jax.tree.unflatten(treedef, parts)
+        parts: dict[int, jax.Array] = {}
+        for block, start, stop in zip(blocks, offsets[:-1], offsets[1:], strict=True):
+            parts.update(_embed(block, coords[start:stop], probe))
+        return jax.tree.unflatten(
+            treedef, [parts[i].astype(leaf.dtype) for i, leaf in enumerate(leaves)]
+        )
 
     if orthogonalize:
         if num_directions > dim:
@@ -331,6 +393,7 @@ def scale_by_szo(
     bias_correction: bool = False,
     tail_weight: float | jax.Array = 0.1,
     layout: Layout = "auto",
+    pair_biases: bool = True,
 ) -> optax.GradientTransformationExtraArgs:
     """SZO-kappa as an optax transform (returns the estimate, ignores incoming updates).
 
@@ -371,6 +434,7 @@ def scale_by_szo(
             bias_correction=bias_correction,
             tail_weight=tail_weight,
             layout=layout,
+            pair_biases=pair_biases,
             true_grad=extra_args.get("true_grad"),
         )
         new_state = SZOState(

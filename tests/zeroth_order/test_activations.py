@@ -125,9 +125,20 @@ def test_szo_accepts_both_helpers(flax_setup):
     def mlp_loss(p):
         return jnp.mean(jax.vmap(eqx.combine(p, static))(inputs) ** 2)
 
-    estimate = szo_estimate(
-        mlp_loss, params, jax.random.key(0), activations=mlp_acts, kappa=2, layout="out_in"
-    )
-    chex.assert_trees_all_equal_shapes(estimate.grad, params)
-    # 2 directions x 8 outputs (x2 hidden layers) + 2 x 2, plus isotropic biases 8 + 8 + 2.
-    assert estimate.subspace_dim == 2 * 8 + 2 * 8 + 2 * 2 + 8 + 8 + 2
+    def estimate(pair_biases):
+        return szo_estimate(
+            mlp_loss,
+            params,
+            jax.random.key(0),
+            activations=mlp_acts,
+            kappa=2,
+            layout="out_in",
+            pair_biases=pair_biases,
+        )
+
+    paired = estimate(True)
+    chex.assert_trees_all_equal_shapes(paired.grad, params)
+    # 2 directions x (8 + 8 + 2) outputs; each bias rides with its weight as a constant input.
+    assert paired.subspace_dim == 2 * 8 + 2 * 8 + 2 * 2
+    # Unpaired, the biases (8 + 8 + 2 entries) are probed isotropically.
+    assert estimate(False).subspace_dim == 2 * 8 + 2 * 8 + 2 * 2 + 8 + 8 + 2

@@ -142,6 +142,18 @@ def _corrected_projection(inputs, grad_w, kappa, power):
     return eigvecs @ np.diag(weights**2) @ eigvecs.T @ np.asarray(grad_w, np.float64)
 
 
+def _expected_szo(inputs, grads, kappa, power, pair_biases):
+    """Expected SZO estimate of the (w, b) layer: paired, the bias is the weight of the
+    constant input [a, 1]; unpaired, it is probed isotropically (kept whole)."""
+    if not pair_biases:
+        return _corrected_projection(inputs, grads["w"], kappa, power), np.asarray(grads["b"])
+    augmented = np.concatenate([np.asarray(inputs), np.ones((inputs.shape[0], 1))], axis=1)
+    stacked = np.concatenate([np.asarray(grads["w"]), np.asarray(grads["b"])[None, :]])
+    projected = _corrected_projection(augmented, stacked, kappa, power)
+    return projected[:-1], projected[-1]
+
+
+@pytest.mark.parametrize("pair_biases", [True, False])
 @pytest.mark.parametrize(
     "options",
     [
@@ -151,7 +163,9 @@ def _corrected_projection(inputs, grad_w, kappa, power):
         {"covariance_power": -0.5, "orthogonalize": True},
     ],
 )
-def test_szo_expectation_is_the_corrected_activation_projection(linear_regression, options):
+def test_szo_expectation_is_the_corrected_activation_projection(
+    linear_regression, options, pair_biases
+):
     value_fn, params, activations, inputs = linear_regression
     grads = jax.grad(value_fn)(params)
     kappa = 3
@@ -165,12 +179,15 @@ def test_szo_expectation_is_the_corrected_activation_projection(linear_regressio
             kappa=kappa,
             num_directions=2,
             sigma=1e-2,
+            pair_biases=pair_biases,
             **options,
         ).grad
 
     samples = _draws(estimate)
-    expected_w = _corrected_projection(inputs, grads["w"], kappa, options["covariance_power"])
-    for leaf, expected in (("w", expected_w), ("b", np.asarray(grads["b"]))):
+    expected_w, expected_b = _expected_szo(
+        inputs, grads, kappa, options["covariance_power"], pair_biases
+    )
+    for leaf, expected in (("w", expected_w), ("b", expected_b)):
         values = np.asarray(samples[leaf], np.float64)
         tolerance = Z * values.std(0, ddof=1) / np.sqrt(DRAWS)
         np.testing.assert_array_less(np.abs(values.mean(0) - expected), tolerance)
@@ -208,11 +225,11 @@ def test_szo_captured_energy_diagnostic(linear_regression):
     estimate = szo_estimate(
         value_fn, params, jax.random.key(0), activations=activations, kappa=3, true_grad=grads
     )
-    projected = _corrected_projection(inputs, grads["w"], 3, 0.0)
-    energy = np.sum(projected**2) + np.sum(np.asarray(grads["b"]) ** 2)
+    projected_w, projected_b = _expected_szo(inputs, grads, 3, 0.0, pair_biases=True)
+    energy = np.sum(projected_w**2) + np.sum(projected_b**2)
     total = sum(float(jnp.sum(leaf**2)) for leaf in jax.tree.leaves(grads))
     assert float(estimate.captured_energy) == pytest.approx(energy / total, rel=1e-4)
-    assert estimate.subspace_dim == 3 * 3 + 3
+    assert estimate.subspace_dim == 3 * 3
     assert estimate.num_evals == 2
     without = szo_estimate(value_fn, params, jax.random.key(0), activations=activations, kappa=3)
     assert np.isnan(float(without.captured_energy))
@@ -224,6 +241,6 @@ def test_szo_never_probes_past_the_rank_of_the_inputs(linear_regression):
     estimate = szo_estimate(
         value_fn, params, jax.random.key(0), activations=few_rows, kappa=8, covariance_power=-0.5
     )
-    # Two input rows span two fan-in directions: 2 x 3 outputs, plus the isotropic bias.
-    assert estimate.subspace_dim == 2 * 3 + 3
+    # Two input rows span two directions of [a, 1]: 2 x 3 outputs (the bias rides along).
+    assert estimate.subspace_dim == 2 * 3
     chex.assert_tree_all_finite(estimate.grad)
