@@ -55,6 +55,7 @@ PROBES = (1, 4, 16)
 KAPPAS = (4, 8, 16)
 ALPHAS = (0.0, 0.6, 0.9, 0.99)
 HINT_PROBES = 20  # CV-ZOD: k = 1 hint query + 20 random probes = 21 queries
+DRAW_BATCH = 8  # estimates computed together when averaging over draws
 
 
 class MLP(nn.Module):
@@ -85,6 +86,18 @@ def _loss(model, params, x, y):
 
 def _flat(tree):
     return jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(tree)])
+
+
+def _map_draws(fn, keys):
+    """``fn`` over a batch of keys, DRAW_BATCH at a time (memory stays bounded).
+
+    The number of keys must be a multiple of DRAW_BATCH: with jaxlib 0.10.1 the remainder
+    path of ``lax.map(batch_size=...)`` made the CPU runtime hang (every worker idle) on
+    the whitened SZO estimator at q = 16, reproducibly, while whole batches never did.
+    """
+    if keys.shape[0] % DRAW_BATCH:
+        raise ValueError(f"{keys.shape[0]=} must be a multiple of {DRAW_BATCH=}")
+    return jax.lax.map(fn, keys, batch_size=DRAW_BATCH)
 
 
 def _cosine(a, b):
@@ -151,9 +164,7 @@ def _cosines(model, params, xb, yb, draws, key, probes, configs, advance):
 
             @jax.jit
             def draw_cosines(keys, estimate=estimate):
-                return jax.lax.map(
-                    lambda k: _cosine(estimate(k).grad, true_grad), keys, batch_size=8
-                )
+                return _map_draws(lambda k: _cosine(estimate(k).grad, true_grad), keys)
 
             cos = np.asarray(draw_cosines(jax.random.split(jax.random.fold_in(key, q), draws)))
             passes = 2 * q + (1 if name.startswith("SZO") else 0)
@@ -236,30 +247,21 @@ def _cv_zod(model, params, xb, yb, draws, chains, chain_steps, key, advance):
     for alpha in ALPHAS:
         hint = unravel(_hint(true_flat, alpha, jax.random.fold_in(key, int(alpha * 100))))
         keys = jax.random.split(jax.random.fold_in(key, 7), draws)
-        plain = jax.jit(
-            lambda ks: jax.lax.map(
-                lambda k: relative_mse(
-                    gaussian_smoothing_estimate(
-                        value_fn, params, k, num_directions=HINT_PROBES + 1, sigma=SIGMA
-                    ).grad
-                ),
-                ks,
-                batch_size=8,
-            )
-        )(keys)
+
+        def plain_estimate(k):
+            return gaussian_smoothing_estimate(
+                value_fn, params, k, num_directions=HINT_PROBES + 1, sigma=SIGMA
+            ).grad
 
         def cv(k, hint=hint, **kwargs):
             return cv_zod_estimate(
                 value_fn, params, hint, k, num_directions=HINT_PROBES, sigma=SIGMA, **kwargs
             ).grad
 
-        query = jax.jit(
-            lambda ks, cv=cv: jax.lax.map(lambda k: relative_mse(cv(k)), ks, batch_size=8)
-        )(keys)
+        plain = jax.jit(lambda ks: _map_draws(lambda k: relative_mse(plain_estimate(k)), ks))(keys)
+        query = jax.jit(lambda ks, cv=cv: _map_draws(lambda k: relative_mse(cv(k)), ks))(keys)
         oracle = jax.jit(
-            lambda ks, cv=cv: jax.lax.map(
-                lambda k: relative_mse(cv(k, true_grad=true_grad)), ks, batch_size=8
-            )
+            lambda ks, cv=cv: _map_draws(lambda k: relative_mse(cv(k, true_grad=true_grad)), ks)
         )(keys)
 
         def chain(k, hint=hint):
@@ -402,11 +404,11 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     digits = datasets.load_digits()
     x, y = jnp.asarray(digits.x_train), jnp.asarray(digits.y_train)
     model = MLP()
-    draws = 100 if quick else 400
+    draws = 96 if quick else 400
     train_steps = 2000 if quick else 4000
     eval_every = 25
     lrs = jnp.asarray([1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1])
-    cv_draws, chains, chain_steps = (60, 8, 40) if quick else (200, 16, 60)
+    cv_draws, chains, chain_steps = (64, 8, 40) if quick else (200, 16, 60)
     parameters = {
         "model": "MLP 64-256-256-10 tanh",
         "dataset": "sklearn digits (train split, 1347 x 64)",

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxopt_suite import set_safe_cpu_flags
 from jaxopt_suite.zeroth_order import scale_by_cv_zod, scale_by_gaussian_smoothing
 
 DIM = 500
@@ -58,7 +57,6 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    set_safe_cpu_flags()  # before any computation: avoids an XLA:CPU thread-pool wedge
     steps = 100 if args.quick else args.steps
     # Same queries per step: 1 hint query + 10 random probes, or 11 random probes.
     cv = run(scale_by_cv_zod(jax.random.key(0), num_directions=10), args.alpha, steps, True)

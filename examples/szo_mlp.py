@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxopt_suite import datasets, set_safe_cpu_flags
+from jaxopt_suite import datasets
 from jaxopt_suite.zeroth_order import flax_forward_with_activations, scale_by_spsa, scale_by_szo
 
 
@@ -36,7 +36,6 @@ def main(argv=None):
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    set_safe_cpu_flags()  # before any computation: avoids an XLA:CPU thread-pool wedge
     steps = 300 if args.quick else args.steps
     data = datasets.load_digits()
     x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)

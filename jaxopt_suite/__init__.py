@@ -3,9 +3,8 @@
 Unrelated to the deprecated ``jaxopt`` package (which it uses for implicit differentiation).
 """
 
-from jaxopt_suite._compat import guard_jaxlib_ynn_miscompile, set_safe_cpu_flags
+from jaxopt_suite._compat import guard_jaxlib_ynn_miscompile
 
 guard_jaxlib_ynn_miscompile()
 
-__all__ = ["set_safe_cpu_flags"]
 __version__ = "0.1.0"

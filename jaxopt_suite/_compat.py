@@ -32,34 +32,3 @@ def guard_jaxlib_ynn_miscompile() -> None:
         )
         return
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + YNN_FLAG).strip()
-
-
-EIGEN_FLAG = "--xla_cpu_multi_thread_eigen=false"
-
-
-def set_safe_cpu_flags() -> bool:
-    """Runs XLA:CPU's Eigen kernels single-threaded, avoiding a thread-pool wedge.
-
-    With jaxlib 0.10.x the CPU runtime occasionally leaves every worker idle while the
-    caller waits forever for a vmapped result (reported upstream, e.g. PyAutoFit#1530;
-    seen here on the zo benchmark). Single-threaded Eigen avoids it at a small cost on
-    2-core machines. The command line and the test suite call this before any
-    computation; library imports do not, so user programs keep their own settings.
-
-    Returns:
-      True if the flag is in effect for the backend this process will start.
-    """
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_multi_thread_eigen" in flags:
-        return EIGEN_FLAG in flags
-    from jax._src import xla_bridge
-
-    if xla_bridge.backends_are_initialized():
-        warnings.warn(
-            f"the jax backend is already running, so {EIGEN_FLAG} cannot take effect",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return False
-    os.environ["XLA_FLAGS"] = (flags + " " + EIGEN_FLAG).strip()
-    return True

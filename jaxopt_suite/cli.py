@@ -126,9 +126,6 @@ def _report(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jaxopt_suite._compat import set_safe_cpu_flags
-
-    set_safe_cpu_flags()
     parser = _Parser(prog="jaxopt-suite", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
     bench = commands.add_parser("bench", help="run benchmark suites and write JSON + plots")

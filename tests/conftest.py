@@ -3,10 +3,6 @@
 import jax
 import pytest
 
-from jaxopt_suite._compat import set_safe_cpu_flags
-
-# Before any computation: XLA:CPU's multi-threaded Eigen pool can wedge (see the helper).
-set_safe_cpu_flags()
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 

@@ -1,13 +1,10 @@
 """The jax in use computes the reduce-then-broadcast pattern of batched estimates correctly."""
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
-import jaxopt_suite
+import jaxopt_suite  # noqa: F401  (installs the jaxlib guard before any computation)
 
 
 def test_reduce_then_broadcast_is_compiled_correctly():
@@ -20,13 +17,3 @@ def test_reduce_then_broadcast_is_compiled_correctly():
     u = np.asarray(directions, np.float64)
     reference = (np.asarray(weights, np.float64) * u**2).sum(1, keepdims=True) * u
     np.testing.assert_allclose(np.asarray(fused), reference, rtol=1e-4, atol=1e-4)
-
-
-def test_safe_cpu_flags_are_in_effect_for_the_test_session(monkeypatch):
-    assert "--xla_cpu_multi_thread_eigen=false" in os.environ["XLA_FLAGS"]
-    assert jaxopt_suite.set_safe_cpu_flags() is True
-    # Too late once the backend runs: it says so instead of pretending.
-    jnp.zeros(1).block_until_ready()
-    monkeypatch.setenv("XLA_FLAGS", "")
-    with pytest.warns(RuntimeWarning, match="already running"):
-        assert jaxopt_suite.set_safe_cpu_flags() is False
