@@ -167,6 +167,33 @@ def time_jitted(fn: Callable, *args: Any, repeats: int = 7) -> Timing:
     return Timing(compile_s, statistics.median(samples), quartiles[2] - quartiles[0], repeats)
 
 
+def time_interleaved(fns: dict[str, Callable], *args: Any, repeats: int = 7) -> dict[str, Timing]:
+    """Like :func:`time_jitted` for several functions, with their runs interleaved.
+
+    Round-robin repeats spread the machine's drift (other load, frequency changes) over
+    every function alike, so the ratios between them are what the run can trust.
+    """
+    compiled, compile_s = {}, {}
+    for name, fn in fns.items():
+        start = time.perf_counter()
+        compiled[name] = jax.jit(fn).lower(*args).compile()
+        compile_s[name] = time.perf_counter() - start
+        jax.block_until_ready(compiled[name](*args))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, call in compiled.items():
+            start = time.perf_counter()
+            jax.block_until_ready(call(*args))
+            samples[name].append(time.perf_counter() - start)
+    timings = {}
+    for name, values in samples.items():
+        quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+        timings[name] = Timing(
+            compile_s[name], statistics.median(values), quartiles[2] - quartiles[0], repeats
+        )
+    return timings
+
+
 def memory_bytes(fn: Callable, *args: Any) -> int | None:
     """XLA's peak estimate of a jitted call: argument + output + temp - alias bytes."""
     compiled = jax.jit(fn).lower(*args).compile()

@@ -29,7 +29,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target, memory_bytes, time_jitted
+from benchmarks.harness import (
+    Progress,
+    SuiteResult,
+    SummaryRow,
+    Target,
+    memory_bytes,
+    time_interleaved,
+)
 from jaxopt_suite import datasets
 from jaxopt_suite.zeroth_order import (
     cv_zod_estimate,
@@ -319,8 +326,9 @@ def _timings(model, params, xb, yb, key, repeats):
         "backprop": lambda p, k: jax.grad(value_fn)(p),
     }
     out = {}
+    timings = time_interleaved(estimators, params, key, repeats=repeats)
     for name, fn in estimators.items():
-        timing = time_jitted(fn, params, key, repeats=repeats)
+        timing = timings[name]
         out[name] = {
             "compile_s": timing.compile_s,
             "median_s": timing.median_s,

@@ -7,7 +7,15 @@ import types
 import pytest
 
 import benchmarks
-from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target, memory_bytes, time_jitted
+from benchmarks.harness import (
+    Progress,
+    SuiteResult,
+    SummaryRow,
+    Target,
+    memory_bytes,
+    time_interleaved,
+    time_jitted,
+)
 from jaxopt_suite import cli
 
 
@@ -92,6 +100,16 @@ def test_target_comparisons():
     assert Target.evaluate("c", 2.0, 2.0, ">=").met is True
     with pytest.raises(ValueError, match="comparison"):
         Target.evaluate("d", 1.0, 1.0, "==")
+
+
+def test_interleaved_timing_reports_every_function():
+    import jax.numpy as jnp
+
+    fns = {"small": lambda x: x * 2, "large": lambda x: jnp.sort(jnp.tile(x, 500))}
+    timings = time_interleaved(fns, jnp.ones(64), repeats=5)
+    assert set(timings) == {"small", "large"}
+    assert all(t.repeats == 5 and t.median_s > 0 and t.compile_s > 0 for t in timings.values())
+    assert timings["large"].median_s > timings["small"].median_s
 
 
 def test_progress_stages_are_silent_when_disabled():
