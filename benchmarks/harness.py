@@ -149,26 +149,30 @@ class Timing:
     median_s: float
     iqr_s: float
     repeats: int
+    memory_bytes: int | None  # XLA's estimate for the compiled call (see compiled_memory)
 
 
-def time_jitted(fn: Callable, *args: Any, repeats: int = 7) -> Timing:
-    """Compile time (lower + compile) apart from the steady-state median of ``repeats`` runs."""
-    jitted = jax.jit(fn)
-    start = time.perf_counter()
-    compiled = jitted.lower(*args).compile()
-    compile_s = time.perf_counter() - start
-    jax.block_until_ready(compiled(*args))  # warm-up: first run may allocate
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        samples.append(time.perf_counter() - start)
-    quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
-    return Timing(compile_s, statistics.median(samples), quartiles[2] - quartiles[0], repeats)
+def compiled_memory(compiled: Any) -> int | None:
+    """XLA's peak estimate of a compiled call: argument + output + temp - alias bytes."""
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return None
+    return int(
+        analysis.argument_size_in_bytes
+        + analysis.output_size_in_bytes
+        + analysis.temp_size_in_bytes
+        - analysis.alias_size_in_bytes
+    )
+
+
+def memory_bytes(fn: Callable, *args: Any) -> int | None:
+    """:func:`compiled_memory` of ``jax.jit(fn)`` on these arguments."""
+    return compiled_memory(jax.jit(fn).lower(*args).compile())
 
 
 def time_interleaved(fns: dict[str, Callable], *args: Any, repeats: int = 7) -> dict[str, Timing]:
-    """Like :func:`time_jitted` for several functions, with their runs interleaved.
+    """Compile time (lower + compile) apart from the steady-state median of ``repeats`` runs,
+    for several functions with their runs interleaved.
 
     Round-robin repeats spread the machine's drift (other load, frequency changes) over
     every function alike, so the ratios between them are what the run can trust.
@@ -178,7 +182,7 @@ def time_interleaved(fns: dict[str, Callable], *args: Any, repeats: int = 7) -> 
         start = time.perf_counter()
         compiled[name] = jax.jit(fn).lower(*args).compile()
         compile_s[name] = time.perf_counter() - start
-        jax.block_until_ready(compiled[name](*args))
+        jax.block_until_ready(compiled[name](*args))  # warm-up: first run may allocate
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, call in compiled.items():
@@ -189,23 +193,18 @@ def time_interleaved(fns: dict[str, Callable], *args: Any, repeats: int = 7) -> 
     for name, values in samples.items():
         quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
         timings[name] = Timing(
-            compile_s[name], statistics.median(values), quartiles[2] - quartiles[0], repeats
+            compile_s[name],
+            statistics.median(values),
+            quartiles[2] - quartiles[0],
+            repeats,
+            compiled_memory(compiled[name]),
         )
     return timings
 
 
-def memory_bytes(fn: Callable, *args: Any) -> int | None:
-    """XLA's peak estimate of a jitted call: argument + output + temp - alias bytes."""
-    compiled = jax.jit(fn).lower(*args).compile()
-    analysis = compiled.memory_analysis()
-    if analysis is None:
-        return None
-    return int(
-        analysis.argument_size_in_bytes
-        + analysis.output_size_in_bytes
-        + analysis.temp_size_in_bytes
-        - analysis.alias_size_in_bytes
-    )
+def time_jitted(fn: Callable, *args: Any, repeats: int = 7) -> Timing:
+    """:func:`time_interleaved` for a single function."""
+    return time_interleaved({"fn": fn}, *args, repeats=repeats)["fn"]
 
 
 class Progress:

@@ -34,7 +34,6 @@ from benchmarks.harness import (
     SuiteResult,
     SummaryRow,
     Target,
-    memory_bytes,
     time_interleaved,
 )
 from jaxopt_suite import datasets
@@ -326,14 +325,12 @@ def _timings(model, params, xb, yb, key, repeats):
         "backprop": lambda p, k: jax.grad(value_fn)(p),
     }
     out = {}
-    timings = time_interleaved(estimators, params, key, repeats=repeats)
-    for name, fn in estimators.items():
-        timing = timings[name]
+    for name, timing in time_interleaved(estimators, params, key, repeats=repeats).items():
         out[name] = {
             "compile_s": timing.compile_s,
             "median_s": timing.median_s,
             "iqr_s": timing.iqr_s,
-            "memory_bytes": memory_bytes(fn, params, key),
+            "memory_bytes": timing.memory_bytes,
         }
     return out
 

@@ -135,6 +135,14 @@ def flat_plus(unravel: Callable, flat: jax.Array) -> Callable[[jax.Array, jax.Ar
     return lambda direction, step: unravel(flat + step * direction.astype(flat.dtype))
 
 
+def key_name(entry: Any) -> Any:
+    """The name or index inside one pytree path entry (dict key, attribute, sequence index)."""
+    for attribute in ("key", "name", "idx"):
+        if hasattr(entry, attribute):
+            return getattr(entry, attribute)
+    raise TypeError(f"unsupported pytree key {entry!r}")
+
+
 def flatten_like(params: Any, other: Any, name: str) -> list:
     """Leaves of ``other`` aligned with the leaves of ``params`` (``None`` allowed)."""
     treedef = jax.tree.structure(params)

@@ -25,6 +25,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from jaxopt_suite.zeroth_order._common import key_name
+
 __all__ = [
     "conv_patches",
     "equinox_forward_with_activations",
@@ -117,18 +119,11 @@ def _flax_rows(module: Any, inputs: jax.Array) -> jax.Array | None:
     )
 
 
-def _key_name(entry: Any) -> Any:
-    for attribute in ("key", "name", "idx"):
-        if hasattr(entry, attribute):
-            return getattr(entry, attribute)
-    raise TypeError(f"unsupported pytree key {entry!r}")
-
-
 def _tree_from_lookup(tree: Any, lookup: dict[tuple, jax.Array]) -> Any:
     """A tree like ``tree`` holding ``lookup[path]`` at matching leaves, ``None`` elsewhere."""
 
     def pick(path, _):
-        return lookup.get(tuple(_key_name(entry) for entry in path))
+        return lookup.get(tuple(key_name(entry) for entry in path))
 
     return jax.tree_util.tree_map_with_path(pick, tree)
 
@@ -180,7 +175,7 @@ def _get(tree: Any, path: Sequence[Any]) -> Any:
         if isinstance(entry, jax.tree_util.GetAttrKey):
             tree = getattr(tree, entry.name)
         else:
-            tree = tree[_key_name(entry)]
+            tree = tree[key_name(entry)]
     return tree
 
 
@@ -236,5 +231,5 @@ def equinox_forward_with_activations(model: Any, inputs: jax.Array) -> tuple[Any
     for (path, layer), calls in zip(layers, recorded, strict=True):
         rows = _equinox_rows(layer, calls) if calls else None
         if rows is not None:
-            lookup[(*(_key_name(entry) for entry in path), "weight")] = rows
+            lookup[(*(key_name(entry) for entry in path), "weight")] = rows
     return outputs, _tree_from_lookup(eqx.filter(model, eqx.is_inexact_array), lookup)

@@ -57,6 +57,7 @@ from jaxopt_suite.zeroth_order._common import (
     check_value_fn,
     directional_differences,
     flatten_like,
+    key_name,
     params_required,
 )
 
@@ -222,7 +223,7 @@ def _bias_partners(flat_paths: list, inputs: list) -> dict[int, int]:
     activations of its own and one entry per output (checked against fan_out later)."""
     siblings: dict[tuple, dict] = {}
     for index, (path, _) in enumerate(flat_paths):
-        name = getattr(path[-1], "key", getattr(path[-1], "name", None)) if path else None
+        name = key_name(path[-1]) if path else None
         siblings.setdefault(tuple(str(k) for k in path[:-1]), {})[name] = index
     partners = {}
     for index, (path, _) in enumerate(flat_paths):
