@@ -48,7 +48,8 @@ def main(argv=None):
 
     if args.method == "szo":
         # Defaults: kappa=8 eigenvectors per layer, whitened probes (covariance_power=-1/2).
-        transform = scale_by_szo(jax.random.key(1), layout="in_out")
+        # Forward differences based at the activation pass's loss: 2 forward passes a step.
+        transform = scale_by_szo(jax.random.key(1), layout="in_out", antithetic=False)
         lr = args.learning_rate or 1e-2
     else:
         transform = scale_by_spsa(jax.random.key(1))
@@ -59,13 +60,15 @@ def main(argv=None):
     def step(params, state, key):
         idx = jax.random.choice(key, x.shape[0], (32,), replace=False)
         xb, yb = x[idx], y[idx]
-        _, activations = flax_forward_with_activations(model, params, xb)
+        logits, activations = flax_forward_with_activations(model, params, xb)
+        value = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, yb))
         updates, state = opt.update(
             params,
             state,
             params,
             value_fn=lambda p: loss_fn(p, xb, yb),
             activations=activations,  # ignored by SPSA
+            value=value,  # the base point of SZO's forward differences; SPSA is central
         )
         return optax.apply_updates(params, updates), state
 

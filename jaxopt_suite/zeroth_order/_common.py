@@ -6,7 +6,10 @@ All estimators here use the two-point (antithetic) directional difference
   D_v f(x) = \\frac{f(x + \\sigma v) - f(x - \\sigma v)}{2\\sigma},
 
 which is exact for quadratics and has O(sigma^2) bias otherwise, or the one-point forward
-difference ``(f(x + sigma v) - f(x)) / sigma`` when ``antithetic=False``.
+difference ``(f(x + sigma v) - f(x)) / sigma`` when ``antithetic=False`` (O(sigma) bias). A
+forward difference reuses ``f(x)`` when the caller already has it (optax's ``value`` extra
+arg, e.g. from the forward pass that produced the activations), so q probes cost q
+evaluations instead of 2q.
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ def directional_differences(
     directions: Any,
     sigma: jax.Array,
     antithetic: bool,
+    value: jax.Array | None = None,
 ) -> tuple[jax.Array, int]:
     """Finite-difference directional derivatives along a batch of directions.
 
@@ -112,6 +116,8 @@ def directional_differences(
       directions: a pytree whose leaves carry a leading axis of size q.
       sigma: the finite-difference step.
       antithetic: two-point central differences if True, else forward differences.
+      value: ``value_fn(params)`` if already known (forward differences then skip that
+        evaluation); unused by central differences.
 
     Returns:
       ``(responses[q], num_evals)``.
@@ -125,9 +131,23 @@ def directional_differences(
             return (f_plus - f_minus) / (2.0 * sigma)
 
         return jax.vmap(central)(directions), 2 * num
-    f_zero = value_fn(params)
+    f_zero = value_fn(params) if value is None else value
     forward = jax.vmap(lambda direction: (value_fn(plus(direction, sigma)) - f_zero) / sigma)
-    return forward(directions), num + 1
+    return forward(directions), num + (1 if value is None else 0)
+
+
+def check_value(value: Any, value_fn: ValueFn, params: Any) -> jax.Array | None:
+    """``value`` (the loss at ``params``, optax's extra arg) as a scalar of the loss dtype."""
+    if value is None:
+        return None
+    value = jnp.asarray(value)
+    expected = jax.eval_shape(value_fn, params)
+    if value.shape != () or not jnp.issubdtype(value.dtype, jnp.floating):
+        raise ValueError(
+            "value must be the scalar floating loss value_fn(params) (e.g. from the forward "
+            f"pass that gave the activations), got shape {value.shape} dtype {value.dtype}"
+        )
+    return value.astype(expected.dtype)
 
 
 def flat_plus(unravel: Callable, flat: jax.Array) -> Callable[[jax.Array, jax.Array], Any]:
@@ -172,15 +192,17 @@ def random_direction_estimate(
     num_directions: int,
     sigma: jax.Array,
     antithetic: bool,
+    value: jax.Array | None = None,
 ) -> Estimate:
     """``(1/q) sum_i D_{v_i} f(x) v_i`` with ``v_i = sample(...)`` i.i.d., E[v v^T] = I."""
     check_value_fn(value_fn, params)
+    value = check_value(value, value_fn, params)
     num_directions = check_int("num_directions", num_directions)
     check_positive("sigma", sigma)
     flat, unravel = flat_view(params)
     directions = sample(key, (num_directions, flat.size), flat.dtype)
     responses, num_evals = directional_differences(
-        value_fn, params, flat_plus(unravel, flat), directions, sigma, antithetic
+        value_fn, params, flat_plus(unravel, flat), directions, sigma, antithetic, value
     )
     return Estimate(unravel(responses @ directions / num_directions), num_evals)
 
@@ -213,7 +235,7 @@ def random_direction_transform(
         return ZerothOrderState(jnp.zeros([], jnp.int32), key, jnp.zeros([], jnp.int32))
 
     def update_fn(updates, state, params=None, *, value_fn=None, **extra_args):
-        del updates, extra_args
+        del updates
         params_required(params, name)
         next_key, probe_key = jax.random.split(state.key)
         estimate = random_direction_estimate(
@@ -224,6 +246,7 @@ def random_direction_transform(
             num_directions=num_directions,
             sigma=sigma_at(state.count),
             antithetic=antithetic,
+            value=None if antithetic else extra_args.get("value"),
         )
         new_state = ZerothOrderState(
             optax.safe_increment(state.count), next_key, state.num_evals + estimate.num_evals

@@ -42,6 +42,7 @@ def gaussian_smoothing_estimate(
     num_directions: int = 1,
     sigma: float | jax.Array = 1e-3,
     antithetic: bool = True,
+    value: jax.Array | None = None,
 ) -> Estimate:
     """Two-point estimate of the gradient of the Gaussian smoothing ``f_sigma``.
 
@@ -60,6 +61,7 @@ def gaussian_smoothing_estimate(
       num_directions: number of probes q (static).
       sigma: smoothing radius mu.
       antithetic: central (2q evaluations) or forward (q + 1) differences.
+      value: ``value_fn(params)`` if already known: forward differences then cost q.
 
     Returns:
       :class:`Estimate` with the gradient estimate (a pytree like params) and its cost.
@@ -72,6 +74,7 @@ def gaussian_smoothing_estimate(
         num_directions=num_directions,
         sigma=sigma,
         antithetic=antithetic,
+        value=value,
     )
 
 
@@ -88,7 +91,8 @@ def scale_by_gaussian_smoothing(
       key: PRNG key kept in the state and split at every update.
       num_directions: probes per update (static).
       sigma: smoothing radius.
-      antithetic: central or forward differences.
+      antithetic: central or forward differences; forward differences reuse the extra arg
+        ``value`` (the loss at params, as optax passes it) when given.
 
     Returns:
       An ``optax.GradientTransformationExtraArgs`` whose ``update`` takes ``value_fn``.

@@ -38,6 +38,7 @@ def spsa_estimate(
     num_directions: int = 1,
     sigma: float | jax.Array = 1e-3,
     antithetic: bool = True,
+    value: jax.Array | None = None,
 ) -> Estimate:
     """SPSA gradient estimate averaged over ``num_directions`` Rademacher probes.
 
@@ -56,6 +57,7 @@ def spsa_estimate(
       num_directions: number of probes q (static).
       sigma: perturbation size c.
       antithetic: central (2q evaluations) or forward (q + 1) differences.
+      value: ``value_fn(params)`` if already known: forward differences then cost q.
 
     Returns:
       :class:`Estimate` with the gradient estimate (a pytree like params) and its cost.
@@ -68,6 +70,7 @@ def spsa_estimate(
         num_directions=num_directions,
         sigma=sigma,
         antithetic=antithetic,
+        value=value,
     )
 
 
@@ -95,7 +98,8 @@ def scale_by_spsa(
       num_directions: probes per update (static).
       sigma: initial perturbation size.
       sigma_decay: exponent of the perturbation decay.
-      antithetic: central or forward differences.
+      antithetic: central or forward differences; forward differences reuse the extra arg
+        ``value`` (the loss at params, as optax passes it) when given.
 
     Returns:
       An ``optax.GradientTransformationExtraArgs`` whose ``update`` takes ``value_fn``.

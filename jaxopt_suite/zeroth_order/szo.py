@@ -54,6 +54,7 @@ from jaxopt_suite.zeroth_order._common import (
     check_int,
     check_key,
     check_positive,
+    check_value,
     check_value_fn,
     directional_differences,
     flatten_like,
@@ -263,6 +264,8 @@ def szo_estimate(
     tail_weight: float | jax.Array = 0.1,
     layout: Layout = "auto",
     pair_biases: bool = True,
+    antithetic: bool = True,
+    value: jax.Array | None = None,
     true_grad: Any = None,
 ) -> SZOEstimate:
     """SZO-kappa gradient estimate from ``num_directions`` activation-supported probes.
@@ -298,12 +301,20 @@ def szo_estimate(
       pair_biases: treat a weight's sibling leaf named ``bias`` or ``b`` (one entry per
         output, no activations of its own) as the weight of a constant input, so the layer
         is probed in the span of ``[a, 1]`` instead of probing the bias isotropically.
+      antithetic: central differences (2q evaluations) or forward differences
+        ``(f(x + sigma v) - f(x)) / sigma`` (q evaluations when ``value`` is given, else
+        q + 1; O(sigma) bias instead of O(sigma^2)).
+      value: ``value_fn(params)`` when the caller has it; SZO needs a forward pass for the
+        activations anyway, and the loss of that same pass is the base point of a forward
+        difference, so one probe then costs one extra evaluation. Ignored by central
+        differences.
       true_grad: optional true gradient, only for the ``captured_energy`` diagnostic.
 
     Returns:
       :class:`SZOEstimate`.
     """
     check_value_fn(value_fn, params)
+    value = check_value(value, value_fn, params)
     kappa, num_directions = _check_options(kappa, num_directions, sigma, tail_weight, layout)
     flat_paths, treedef = jax.tree_util.tree_flatten_with_path(params)
     leaves = [leaf for _, leaf in flat_paths]
@@ -374,7 +385,9 @@ def szo_estimate(
     def plus(direction, step):
         return jax.tree.map(lambda p, v: p + step * v, params, embed(direction, True))
 
-    responses, num_evals = directional_differences(value_fn, params, plus, coords, sigma, True)
+    responses, num_evals = directional_differences(
+        value_fn, params, plus, coords, sigma, antithetic, value
+    )
     grad = embed(responses @ coords / num_directions, False)
     if true_grad is None:
         captured = jnp.asarray(jnp.nan, dtype)
@@ -395,12 +408,15 @@ def scale_by_szo(
     tail_weight: float | jax.Array = 0.1,
     layout: Layout = "auto",
     pair_biases: bool = True,
+    antithetic: bool = True,
 ) -> optax.GradientTransformationExtraArgs:
     """SZO-kappa as an optax transform (returns the estimate, ignores incoming updates).
 
-    ``update(updates, state, params, *, value_fn, activations=None, true_grad=None)``: the
-    layer inputs of the current forward pass come as the extra arg ``activations`` (see
-    :func:`szo_estimate`); ``true_grad`` only feeds the ``captured_energy`` diagnostic kept
+    ``update(updates, state, params, *, value_fn, activations=None, value=None,
+    true_grad=None)``: the layer inputs of the current forward pass come as the extra arg
+    ``activations`` (see :func:`szo_estimate`); with ``antithetic=False`` the loss of that
+    same pass, passed as ``value``, is the base point of the forward differences (one
+    evaluation per probe); ``true_grad`` only feeds the ``captured_energy`` diagnostic kept
     in the state. Unknown extra args are ignored, so the transform chains with any optax
     optimizer::
 
@@ -436,6 +452,8 @@ def scale_by_szo(
             tail_weight=tail_weight,
             layout=layout,
             pair_biases=pair_biases,
+            antithetic=antithetic,
+            value=None if antithetic else extra_args.get("value"),
             true_grad=extra_args.get("true_grad"),
         )
         new_state = SZOState(
