@@ -1,0 +1,632 @@
+"""Single-loop stochastic bilevel solvers: SOBA, MA-SOBA, BROS, and the implicit reference.
+
+Every solver is a :class:`Solver` with ``init(problem, x0, y0, key) -> BilevelState`` and a
+jittable ``step(state, (inner_batch, outer_batch)) -> BilevelState``; :func:`run` drives
+one as a ``lax.scan``. The upper-level update is any optax transformation (``outer``; a
+float means ``optax.sgd(outer)``), fed with the hypergradient estimate (SOBA) or its moving
+average (MA-SOBA, BROS). Variable names follow SOBA: ``v`` estimates
+``-[nabla^2_yy g]^{-1} nabla_y f``, so the hypergradient estimate is
+``nabla_x f + nabla^2_xy g v``.
+
+Statuses instead of crashes: a step that produces a non-finite ``x``, ``y``, ``v`` or
+``h`` sets ``state.status`` (a bit per variable) and ``state.failed_step``; :func:`run`
+stops advancing at the end of that segment and raises (or returns) with a message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import numbers
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxopt_suite.bilevel import subspace
+from jaxopt_suite.bilevel.problem import (
+    BilevelProblem,
+    check_problem,
+    cross_term,
+    grad_and_hvp,
+    joint_vjp,
+)
+
+OK = 0
+_VARIABLE_BITS = {"x": 1, "y": 2, "v": 4, "h": 8}
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=[
+        "x",
+        "y",
+        "v",
+        "h",
+        "outer_state",
+        "key",
+        "count",
+        "status",
+        "failed_step",
+        "diagnostics",
+    ],
+    meta_fields=["problem"],
+)
+@dataclasses.dataclass
+class BilevelState:
+    """Solver state; ``problem`` is static metadata, everything else an array."""
+
+    x: Any  # upper-level variable
+    y: Any  # lower-level variable
+    v: Any  # linear-system variable (estimate of -H^{-1} nabla_y f)
+    h: Any  # moving average of the hypergradient (None without averaging)
+    outer_state: Any  # optax state of the upper-level update
+    key: jax.Array  # PRNG key for probes
+    count: jax.Array  # int32 [], steps taken
+    status: jax.Array  # int32 [], 0 = OK, else a bit per non-finite variable
+    failed_step: jax.Array  # int32 [], first step that went non-finite, -1 if none
+    diagnostics: dict  # scalars from the last step: outer_loss, hypergrad_norm
+
+    problem: BilevelProblem
+
+
+def explain(status: int, failed_step: int = -1) -> str:
+    """A readable message for a solver status."""
+    status = int(status)
+    if status == OK:
+        return "OK"
+    names = [name for name, bit in _VARIABLE_BITS.items() if status & bit]
+    return (
+        f"non-finite {', '.join(names)} after step {int(failed_step)}: lower the step sizes "
+        "(inner_lr / aux_lr / outer), bound v with aux_radius, or check the losses for NaN"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Solver:
+    """``init(problem, x0, y0, key) -> BilevelState``; ``step(state, batches) -> state``."""
+
+    name: str
+    init: Callable[..., BilevelState]
+    step: Callable[[BilevelState, tuple[Any, Any]], BilevelState]
+
+
+Schedule = float | Callable[[jax.Array], jax.Array]
+
+
+def _schedule(name: str, value: Schedule) -> Callable[[jax.Array], jax.Array]:
+    if callable(value):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | np.ndarray | jax.Array):
+        raise TypeError(f"{name} must be a positive float or an optax schedule, got {value!r}")
+    if not float(value) > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return lambda count: jnp.asarray(value)
+
+
+def _outer(outer: Any) -> optax.GradientTransformation:
+    if isinstance(outer, optax.GradientTransformation):
+        return outer
+    if callable(outer) and not isinstance(outer, numbers.Real):
+        return optax.sgd(outer)  # a schedule
+    _schedule("outer", outer)
+    return optax.sgd(float(outer))
+
+
+def _check_unit(name: str, value: Any) -> None:
+    if not 0.0 < float(value) <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+
+
+def _tree_norm(tree: Any) -> jax.Array:
+    return optax.tree.norm(tree) if hasattr(optax, "tree") else optax.global_norm(tree)
+
+
+def _project_ball(v: Any, radius: float | None) -> Any:
+    """``min(1, radius / ||v||) v`` (MA-SOBA's projection), identity without a radius."""
+    if radius is None:
+        return v
+    norm = _tree_norm(v)
+    scale = jnp.minimum(1.0, radius / jnp.maximum(norm, jnp.finfo(norm.dtype).tiny))
+    return jax.tree.map(lambda leaf: leaf * scale.astype(leaf.dtype), v)
+
+
+def _nonfinite_bits(**trees: Any) -> jax.Array:
+    bits = jnp.zeros([], jnp.int32)
+    for name, tree in trees.items():
+        leaves = jax.tree.leaves(tree)
+        if not leaves:
+            continue
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
+        bits = bits | jnp.where(finite, 0, _VARIABLE_BITS[name]).astype(jnp.int32)
+    return bits
+
+
+# A direction rule maps (problem, x, y, v, inner_batch, outer_batch, key, inner_lr, aux_lr)
+# to (new y, new v before projection, hypergradient estimate, diagnostics).
+Directions = Callable[..., tuple[Any, Any, Any, dict]]
+
+
+def _single_loop(
+    name: str,
+    directions: Directions,
+    *,
+    inner_lr: Schedule,
+    aux_lr: Schedule,
+    outer: Any,
+    average: float | None,
+    aux_radius: float | None,
+    validate: Callable[[Any], None] | None = None,
+) -> Solver:
+    inner_schedule = _schedule("inner_lr", inner_lr)
+    aux_schedule = _schedule("aux_lr", aux_lr)
+    outer_tx = _outer(outer)
+    if average is not None:
+        _check_unit("average", average)
+    if aux_radius is not None and not float(aux_radius) > 0:
+        raise ValueError(f"aux_radius must be > 0 (or None), got {aux_radius!r}")
+
+    def init(problem: BilevelProblem, x0: Any, y0: Any, key: jax.Array) -> BilevelState:
+        _check_key(key)
+        check_problem(problem, x0, y0, key)
+        if validate is not None:
+            validate(y0)
+        x0 = jax.tree.map(jnp.asarray, x0)
+        y0 = jax.tree.map(jnp.asarray, y0)
+        dtype = jnp.result_type(*jax.tree.leaves(x0))
+        zero = jnp.zeros([], jnp.int32)
+        return BilevelState(
+            x=x0,
+            y=y0,
+            v=jax.tree.map(jnp.zeros_like, y0),
+            h=None if average is None else jax.tree.map(jnp.zeros_like, x0),
+            outer_state=outer_tx.init(x0),
+            key=key,
+            count=zero,
+            status=zero,
+            failed_step=zero - 1,
+            diagnostics={
+                "outer_loss": jnp.zeros([], dtype),
+                "hypergrad_norm": jnp.zeros([], dtype),
+            },
+            problem=problem,
+        )
+
+    def step(state: BilevelState, batches: tuple[Any, Any]) -> BilevelState:
+        inner_batch, outer_batch = batches
+        problem = state.problem
+        key, probe_key = jax.random.split(state.key)
+        y, v, d_x, diagnostics = directions(
+            problem,
+            state.x,
+            state.y,
+            state.v,
+            inner_batch,
+            outer_batch,
+            probe_key,
+            inner_schedule(state.count),
+            aux_schedule(state.count),
+        )
+        v = _project_ball(v, aux_radius)
+        if average is None:
+            h, direction = None, d_x
+        else:
+            h = jax.tree.map(lambda a, d: (1.0 - average) * a + average * d, state.h, d_x)
+            direction = h
+        updates, outer_state = outer_tx.update(direction, state.outer_state, state.x)
+        x = optax.apply_updates(state.x, updates)
+        bits = _nonfinite_bits(x=x, y=y, v=v, h=h)
+        first = (state.status == OK) & (bits != OK)
+        diagnostics = {
+            "outer_loss": diagnostics["outer_loss"],
+            "hypergrad_norm": _tree_norm(d_x),
+        }
+        diagnostics = {k: val.astype(state.diagnostics[k].dtype) for k, val in diagnostics.items()}
+        return dataclasses.replace(
+            state,
+            x=x,
+            y=y,
+            v=v,
+            h=h,
+            outer_state=outer_state,
+            key=key,
+            count=state.count + 1,
+            status=state.status | bits,
+            failed_step=jnp.where(first, state.count, state.failed_step),
+            diagnostics=diagnostics,
+        )
+
+    return Solver(name, init, step)
+
+
+def _check_key(key: Any) -> None:
+    if not (
+        isinstance(key, jax.Array)
+        and (
+            (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ())
+            or (key.dtype == jnp.uint32 and key.shape == (2,))
+        )
+    ):
+        raise TypeError(f"key must be a jax PRNG key such as jax.random.key(0), got {key!r}")
+
+
+# --- SOBA / MA-SOBA ----------------------------------------------------------------------
+
+HvpMode = Literal["joint_vjp", "forward_over_reverse"]
+
+
+def _full_space_directions(mode: HvpMode) -> Directions:
+    if mode not in ("joint_vjp", "forward_over_reverse"):
+        raise ValueError(f"hvp_mode must be 'joint_vjp' or 'forward_over_reverse', got {mode!r}")
+
+    def directions(problem, x, y, v, inner_batch, outer_batch, key, beta, gamma):
+        del key
+        g = problem.inner_loss
+        if mode == "joint_vjp":
+            grad_y, hv, cross = joint_vjp(g, x, y, v, inner_batch)
+        else:
+            grad_y, hv = grad_and_hvp(lambda y_: g(x, y_, inner_batch), y, v)
+            cross = cross_term(g, x, y, v, inner_batch)
+        f_value, (f_x, f_y) = jax.value_and_grad(problem.outer_loss, (0, 1))(x, y, outer_batch)
+        y_new = jax.tree.map(lambda a, d: a - beta * d, y, grad_y)
+        v_new = jax.tree.map(lambda a, hv_, fy: a - gamma * (hv_ + fy), v, hv, f_y)
+        d_x = jax.tree.map(jnp.add, f_x, cross)
+        return y_new, v_new, d_x, {"outer_loss": f_value}
+
+    return directions
+
+
+def soba(
+    *,
+    inner_lr: Schedule,
+    aux_lr: Schedule | None = None,
+    outer: Any,
+    hvp_mode: HvpMode = "joint_vjp",
+) -> Solver:
+    """SOBA (Dagreou, Ablin, Vaiter and Moreau, NeurIPS 2022).
+
+    One step, all from the old ``(x, y, v)``::
+
+      y <- y - inner_lr * grad_y g
+      v <- v - aux_lr * (H_yy g v + grad_y f)
+      x <- outer(grad_x f + H_xy g v)
+
+    Args:
+      inner_lr: lower-level step (float or schedule of the step count).
+      aux_lr: step of ``v`` (defaults to ``inner_lr``).
+      outer: optax transformation for ``x`` (a float means ``optax.sgd``).
+      hvp_mode: ``"joint_vjp"`` (one VJP of ``grad_y g`` gives ``H v`` and the cross term,
+        the usual SOBA oracle) or ``"forward_over_reverse"``.
+    """
+    return _single_loop(
+        "soba",
+        _full_space_directions(hvp_mode),
+        inner_lr=inner_lr,
+        aux_lr=inner_lr if aux_lr is None else aux_lr,
+        outer=outer,
+        average=None,
+        aux_radius=None,
+    )
+
+
+def ma_soba(
+    *,
+    inner_lr: Schedule,
+    aux_lr: Schedule | None = None,
+    outer: Any,
+    average: float = 0.1,
+    aux_radius: float | None = None,
+    hvp_mode: HvpMode = "joint_vjp",
+) -> Solver:
+    """MA-SOBA: SOBA with a moving average of the hypergradient and a projected ``v``.
+
+    arXiv 2306.12067: O(eps^-2) without high-order smoothness::
+
+      v <- Proj_{||v|| <= aux_radius}(v - aux_lr * (H_yy g v + grad_y f))
+      h <- (1 - average) h + average * (grad_x f + H_xy g v)
+      x <- outer(h)
+
+    Args:
+      average: weight ``theta`` of the newest hypergradient in ``h`` (0.1 is the 0.9
+        momentum of the public code).
+      aux_radius: radius of the ball ``v`` is projected on (``None``: no projection).
+      others: as :func:`soba`.
+    """
+    return _single_loop(
+        "ma_soba",
+        _full_space_directions(hvp_mode),
+        inner_lr=inner_lr,
+        aux_lr=inner_lr if aux_lr is None else aux_lr,
+        outer=outer,
+        average=average,
+        aux_radius=aux_radius,
+    )
+
+
+# --- BROS ---------------------------------------------------------------------------------
+
+
+def bros(
+    *,
+    rank: int,
+    inner_lr: Schedule,
+    aux_lr: Schedule | None = None,
+    outer: Any,
+    average: float = 0.1,
+    aux_radius: float | None = None,
+    factorized: bool = False,
+    exact_small_leaves: bool = False,
+) -> Solver:
+    """BROS: single-loop stochastic bilevel optimisation in randomized subspaces.
+
+    Seed abstract 1 (arXiv 2605.10288). The lower-level and auxiliary updates move each
+    leaf of ``y`` / ``v`` only along a fresh rank-``rank`` Rademacher subspace per step,
+    the Hessian action comes from the bi-probe, and ``x`` follows MA-SOBA's moving average.
+    The step rule is a reconstruction (see :func:`bros_directions`, where all of it lives).
+
+    Memory: gradients and Hessian actions exist only as ``(rank, *rest)`` coordinates, and
+    the lifted updates are applied in place in row blocks, so no ``y``-sized temporary is
+    formed -- when the losses apply their weights with
+    :func:`jaxopt_suite.bilevel.subspace.dense` and ``factorized=True`` (otherwise the
+    perturbed weights are merged and autodiff forms full-size gradients again).
+
+    Args:
+      rank: subspace rank r per leaf (static); must not exceed any leaf's first dimension
+        unless ``exact_small_leaves``.
+      inner_lr, aux_lr, outer, average, aux_radius: as :func:`ma_soba`.
+      factorized: pass :class:`~jaxopt_suite.bilevel.subspace.Factorized` leaves to both
+        losses (they must accept them, e.g. through ``subspace.dense``).
+      exact_small_leaves: update leaves whose first dimension is <= rank in full instead
+        of raising.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
+        raise ValueError(f"rank must be a Python int >= 1, got {rank!r}")
+    rank = int(rank)
+
+    def validate(y0):
+        subspace.probe_shapes(y0, rank, exact_small_leaves)
+
+    def directions(problem, x, y, v, inner_batch, outer_batch, key, beta, gamma):
+        ranks = subspace.probe_shapes(y, rank, exact_small_leaves)
+        return bros_directions(
+            problem, x, y, v, inner_batch, outer_batch, key, beta, gamma, ranks, factorized
+        )
+
+    return _single_loop(
+        f"bros(r={rank})",
+        directions,
+        inner_lr=inner_lr,
+        aux_lr=inner_lr if aux_lr is None else aux_lr,
+        outer=outer,
+        average=average,
+        aux_radius=aux_radius,
+        validate=validate,
+    )
+
+
+def bros_directions(
+    problem, x, y, v, inner_batch, outer_batch, key, beta, gamma, ranks, factorized
+):
+    """One BROS step of ``y`` and ``v`` and its hypergradient estimate.
+
+    Reconstruction (the paper's full text is not available; its abstract names randomized
+    subspaces, a single loop, Rademacher bi-probes and MA-SOBA's rate). Per leaf, with
+    independent Rademacher probes ``P1, P2`` (``E[P P^T] = I``) drawn fresh each step::
+
+      s_y  = P1^T grad_y g                       (r-dim, from g(y + P1 b1))
+      s_v  = P1^T H_yy g P2 (P2^T v) + P1^T grad_y f   (bi-probe + projected grad of f)
+      y   <- y - inner_lr * P1 s_y
+      v   <- v - aux_lr  * P1 s_v
+      d_x  = grad_x f + H_xy g v                 (exact, reverse over forward)
+
+    so ``E[P1 s_y] = grad_y g`` and ``E[P1 s_v] = H v + grad_y f``: the expected steps are
+    MA-SOBA's, and ``v``'s fixed point is the true ``-H^{-1} grad_y f``. The cross term is
+    taken exactly because it needs no ``y``-sized buffer (``x`` is the small side in the
+    intended uses).
+    """
+    key1, key2 = jax.random.split(key)
+    probes1 = subspace.sample_probes(key1, y, ranks)
+    probes2 = subspace.sample_probes(key2, y, ranks)
+    g = problem.inner_loss
+    s_y, s_hv = subspace.bi_probe(
+        lambda y_: g(x, y_, inner_batch), y, v, probes1, probes2, factorized=factorized
+    )
+    zeros = subspace.zero_coords(y, probes1)
+
+    def outer_in_coords(x_, b):
+        return problem.outer_loss(x_, subspace.perturb(y, [(probes1, b)], factorized), outer_batch)
+
+    f_value, (f_x, s_f) = jax.value_and_grad(outer_in_coords, (0, 1))(x, zeros)
+    cross = cross_term(g, x, y, v, inner_batch)
+    y_new = subspace.add_lifted(y, probes1, s_y, -beta)
+    s_v = [a + b for a, b in zip(s_hv, s_f, strict=True)]
+    v_new = subspace.add_lifted(v, probes1, s_v, -gamma)
+    d_x = jax.tree.map(jnp.add, f_x, cross)
+    return y_new, v_new, d_x, {"outer_loss": f_value}
+
+
+# --- implicit differentiation reference ---------------------------------------------------
+
+
+def _jaxopt():
+    """jaxopt's implicit differentiation, imported on first use.
+
+    jaxopt is in maintenance mode and warns so on import; ``custom_root`` and the CG solve
+    used here are stable, so that one warning is silenced at this import only.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "JAXopt is no longer maintained", DeprecationWarning)
+        from jaxopt import implicit_diff, linear_solve
+    return implicit_diff, linear_solve
+
+
+def implicit_hypergradient(
+    problem: BilevelProblem,
+    x: Any,
+    y_init: Any,
+    inner_batch: Any,
+    outer_batch: Any,
+    *,
+    inner_lr: float,
+    inner_steps: int,
+    cg_steps: int = 100,
+) -> tuple[Any, Any, jax.Array]:
+    """``(grad Phi(x), y*(x), f)`` on the given batches by implicit differentiation.
+
+    ``y*`` comes from ``inner_steps`` gradient steps on ``g(x, ., inner_batch)`` from
+    ``y_init`` (warm start); the hypergradient from jaxopt's ``custom_root`` with conjugate
+    gradients on ``H_yy g`` (symmetric positive definite for a strongly convex ``g``).
+    """
+    implicit_diff, linear_solve = _jaxopt()
+    g = problem.inner_loss
+
+    def optimality(y_, x_, batch):
+        return jax.grad(g, 1)(x_, y_, batch)
+
+    @implicit_diff.custom_root(
+        optimality, solve=functools.partial(linear_solve.solve_cg, maxiter=cg_steps)
+    )
+    def inner_solve(y0, x_, batch):
+        x_ = jax.lax.stop_gradient(x_)
+
+        def body(_, y_):
+            grads = jax.grad(g, 1)(x_, y_, batch)
+            return jax.tree.map(lambda a, d: a - inner_lr * d, y_, grads)
+
+        return jax.lax.fori_loop(0, inner_steps, body, y0)
+
+    def phi(x_):
+        y_star = inner_solve(y_init, x_, inner_batch)
+        return problem.outer_loss(x_, y_star, outer_batch), y_star
+
+    (f_value, y_star), grad = jax.value_and_grad(phi, has_aux=True)(x)
+    return grad, jax.lax.stop_gradient(y_star), f_value
+
+
+def implicit_reference(
+    *, inner_lr: float, inner_steps: int = 100, cg_steps: int = 100, outer: Any
+) -> Solver:
+    """The accuracy reference: each step solves the inner problem (warm-started gradient
+    descent) and the linear system (CG) on its batches, then steps ``x`` with ``outer``."""
+    inner_lr_value = float(inner_lr)
+    _schedule("inner_lr", inner_lr_value)
+    for name, value in (("inner_steps", inner_steps), ("cg_steps", cg_steps)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a Python int >= 1, got {value!r}")
+
+    def directions(problem, x, y, v, inner_batch, outer_batch, key, beta, gamma):
+        del key, beta, gamma
+        grad, y_star, f_value = implicit_hypergradient(
+            problem,
+            x,
+            y,
+            inner_batch,
+            outer_batch,
+            inner_lr=inner_lr_value,
+            inner_steps=int(inner_steps),
+            cg_steps=int(cg_steps),
+        )
+        return y_star, v, grad, {"outer_loss": f_value}
+
+    return _single_loop(
+        "implicit_reference",
+        directions,
+        inner_lr=inner_lr_value,
+        aux_lr=inner_lr_value,
+        outer=outer,
+        average=None,
+        aux_radius=None,
+    )
+
+
+# --- driver -------------------------------------------------------------------------------
+
+
+class RunResult(NamedTuple):
+    """``history`` holds one entry per record: ``step``, the step diagnostics, ``status``,
+    and whatever ``eval_fn`` returns."""
+
+    state: BilevelState
+    history: dict
+    status: int
+    message: str
+
+
+def run(
+    problem: BilevelProblem,
+    solver: Solver,
+    x0: Any,
+    y0: Any,
+    key: jax.Array,
+    num_steps: int,
+    *,
+    eval_every: int | None = None,
+    eval_fn: Callable[[Any, Any], dict] | None = None,
+    on_failure: Literal["raise", "return"] = "raise",
+) -> RunResult:
+    """``num_steps`` steps of ``solver`` as one jitted ``lax.scan``, recording every
+    ``eval_every`` steps (default: 50 records over the run).
+
+    Batches come from ``problem.sample``. After a step goes non-finite the remaining
+    segments are skipped; then ``on_failure="raise"`` raises ``FloatingPointError`` with the
+    message, ``"return"`` returns the result with its status.
+    """
+    if not isinstance(solver, Solver):
+        raise TypeError(f"solver must be a Solver (soba(...), bros(...), ...), got {solver!r}")
+    if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral):
+        raise TypeError(f"num_steps must be a Python int, got {num_steps!r}")
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    if eval_every is None:
+        eval_every = max(1, num_steps // 50)
+    if isinstance(eval_every, bool) or not isinstance(eval_every, numbers.Integral):
+        raise TypeError(f"eval_every must be a Python int, got {eval_every!r}")
+    if eval_every < 1:
+        raise ValueError(f"eval_every must be >= 1, got {eval_every}")
+    if on_failure not in ("raise", "return"):
+        raise ValueError(f"on_failure must be 'raise' or 'return', got {on_failure!r}")
+    _check_key(key)
+    init_key, batch_key = jax.random.split(key)
+    state = solver.init(problem, x0, y0, init_key)
+    segments, remainder = divmod(int(num_steps), int(eval_every))
+
+    def record(state):
+        out = {"step": state.count, "status": state.status, **state.diagnostics}
+        if eval_fn is not None:
+            out.update(eval_fn(state.x, state.y))
+        return out
+
+    def advance(state, keys):
+        def one(state, k):
+            return solver.step(state, problem.sample(k)), None
+
+        return jax.lax.cond(
+            state.status == OK, lambda s: jax.lax.scan(one, s, keys)[0], lambda s: s, state
+        )
+
+    @jax.jit
+    def go(state, batch_key):
+        keys = jax.random.split(batch_key, num_steps)
+        main = keys[: segments * eval_every].reshape(segments, eval_every)
+
+        def segment(state, seg_keys):
+            state = advance(state, seg_keys)
+            return state, record(state)
+
+        state, history = jax.lax.scan(segment, state, main)
+        if remainder:
+            state = advance(state, keys[segments * eval_every :])
+            last = jax.tree.map(lambda a: a[None], record(state))
+            history = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), history, last)
+        return state, history
+
+    state, history = go(state, batch_key)
+    status = int(state.status)
+    message = explain(status, int(state.failed_step))
+    if status != OK and on_failure == "raise":
+        raise FloatingPointError(f"{solver.name}: {message}")
+    return RunResult(state, history, status, message)

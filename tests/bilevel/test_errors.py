@@ -1,0 +1,119 @@
+"""Bad input gets a clear error naming the argument."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxopt_suite import bilevel
+from tests.bilevel.conftest import Quadratic
+
+
+def _named_problem():
+    """Losses that index x["scale"] and y["w"]: structure mismatches must be caught."""
+
+    def inner(x, y, batch):
+        return 0.5 * jnp.sum((y["w"] - x["scale"] * batch) ** 2)
+
+    def outer(x, y, batch):
+        return jnp.sum(y["w"] * batch)
+
+    sample = lambda k: jax.random.normal(k, (4,))  # noqa: E731
+    return bilevel.BilevelProblem(outer, inner, sample, sample)
+
+
+def test_inner_loss_must_be_scalar():
+    q = Quadratic()
+    problem = bilevel.BilevelProblem(
+        q.problem.outer_loss,
+        lambda x, y, b: y["b"] * 2.0,
+        q.problem.sample_inner,
+        q.problem.sample_outer,
+    )
+    with pytest.raises(ValueError, match=r"inner_loss\(x, y, batch\) must return a scalar"):
+        bilevel.soba(inner_lr=0.1, outer=0.1).init(problem, q.x0, q.y0, jax.random.key(0))
+
+
+def test_mismatched_pytrees_name_the_loss():
+    problem = _named_problem()
+    solver = bilevel.ma_soba(inner_lr=0.1, outer=0.1)
+    y0 = {"w": jnp.zeros(4)}
+    with pytest.raises(ValueError, match=r"inner_loss\(x0, y0, batch\) failed on the given x0"):
+        solver.init(problem, (jnp.ones(()),), y0, jax.random.key(0))
+    with pytest.raises(ValueError, match="failed on the given x0"):
+        solver.init(problem, {"scale": jnp.ones(())}, {"v": jnp.zeros(4)}, jax.random.key(0))
+    # The right structures pass.
+    solver.init(problem, {"scale": jnp.ones(())}, y0, jax.random.key(0))
+
+
+def test_integer_leaves_are_rejected():
+    problem = _named_problem()
+    with pytest.raises(TypeError, match=r"y0\['w'\] must be floating point"):
+        bilevel.soba(inner_lr=0.1, outer=0.1).init(
+            problem, {"scale": jnp.ones(())}, {"w": jnp.zeros(4, jnp.int32)}, jax.random.key(0)
+        )
+
+
+def test_rank_larger_than_a_leaf():
+    q = Quadratic()  # y = {"w": (3, 2), "b": (2,)}
+    solver = bilevel.bros(rank=3, inner_lr=0.1, outer=0.1)
+    with pytest.raises(ValueError, match=r"rank=3 exceeds the first dimension 2 of y0\['b'\]"):
+        solver.init(q.problem, q.x0, q.y0, jax.random.key(0))
+    ok = bilevel.bros(rank=3, inner_lr=0.1, outer=0.1, exact_small_leaves=True)
+    ok.init(q.problem, q.x0, q.y0, jax.random.key(0))
+    with pytest.raises(ValueError, match="rank must be a Python int >= 1"):
+        bilevel.bros(rank=0, inner_lr=0.1, outer=0.1)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: bilevel.soba(inner_lr=0.0, outer=0.1),
+        lambda: bilevel.soba(inner_lr=0.1, aux_lr=-1.0, outer=0.1),
+        lambda: bilevel.ma_soba(inner_lr=0.1, outer=-0.5),
+        lambda: bilevel.bros(rank=1, inner_lr=-0.1, outer=0.1),
+        lambda: bilevel.implicit_reference(inner_lr=0.0, outer=0.1),
+    ],
+)
+def test_step_sizes_must_be_positive(make):
+    with pytest.raises(ValueError, match=r"(inner_lr|aux_lr|outer) must be > 0"):
+        make()
+
+
+def test_other_bad_configs():
+    with pytest.raises(ValueError, match=r"average must be in \(0, 1\]"):
+        bilevel.ma_soba(inner_lr=0.1, outer=0.1, average=0.0)
+    with pytest.raises(ValueError, match="aux_radius must be > 0"):
+        bilevel.ma_soba(inner_lr=0.1, outer=0.1, aux_radius=0.0)
+    with pytest.raises(ValueError, match="hvp_mode must be"):
+        bilevel.soba(inner_lr=0.1, outer=0.1, hvp_mode="reverse")
+    with pytest.raises(ValueError, match="inner_steps must be a Python int >= 1"):
+        bilevel.implicit_reference(inner_lr=0.1, inner_steps=0, outer=0.1)
+
+
+def test_run_checks_its_arguments():
+    q = Quadratic()
+    solver = bilevel.soba(inner_lr=0.1, outer=0.1)
+    with pytest.raises(ValueError, match="num_steps must be >= 1"):
+        bilevel.run(q.problem, solver, q.x0, q.y0, jax.random.key(0), 0)
+    with pytest.raises(ValueError, match="eval_every must be >= 1"):
+        bilevel.run(q.problem, solver, q.x0, q.y0, jax.random.key(0), 10, eval_every=0)
+    with pytest.raises(TypeError, match="key must be a jax PRNG key"):
+        bilevel.run(q.problem, solver, q.x0, q.y0, 0, 10)
+    with pytest.raises(TypeError, match="solver must be a Solver"):
+        bilevel.run(q.problem, "soba", q.x0, q.y0, jax.random.key(0), 10)
+    with pytest.raises(TypeError, match="problem must be a BilevelProblem"):
+        solver.init(object(), q.x0, q.y0, jax.random.key(0))
+
+
+def test_run_records_a_remainder_segment():
+    q = Quadratic(noise=0.01)
+    solver = bilevel.soba(inner_lr=0.1, outer=0.05)
+
+    def eval_fn(x, y):
+        return {"y_norm": jnp.linalg.norm(y["w"])}
+
+    result = bilevel.run(
+        q.problem, solver, q.x0, q.y0, jax.random.key(0), 25, eval_every=10, eval_fn=eval_fn
+    )
+    assert [int(s) for s in result.history["step"]] == [10, 20, 25]
+    assert result.history["y_norm"].shape == (3,)
