@@ -7,6 +7,7 @@ plot into ``out_dir``; the command line writes ``<out_dir>/<suite>.json``.
 import importlib
 
 SUITES = {
+    "bilevel": "benchmarks.bilevel",
     "zo": "benchmarks.zo",
 }
 

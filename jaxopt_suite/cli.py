@@ -101,6 +101,7 @@ def _bench(args, parser) -> int:
             + ", ".join(sorted(benchmarks.SUITES))
         )
     out_dir = Path(args.out) if args.out else DEFAULT_RESULTS_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     with Progress(enabled=not args.no_progress) as progress:
         for name in names:

@@ -123,7 +123,12 @@ def _check_unit(name: str, value: Any) -> None:
 
 
 def _tree_norm(tree: Any) -> jax.Array:
-    return optax.tree.norm(tree) if hasattr(optax, "tree") else optax.global_norm(tree)
+    """Euclidean norm over a pytree, leaf by leaf as dots (no leaf-sized temporaries)."""
+    return jnp.sqrt(subspace.sq_norm(tree))
+
+
+def _tree_sum(tree: Any) -> jax.Array:
+    return sum((jnp.sum(leaf) for leaf in jax.tree.leaves(tree)), jnp.zeros([]))
 
 
 def _project_ball(v: Any, radius: float | None) -> Any:
@@ -141,7 +146,9 @@ def _nonfinite_bits(**trees: Any) -> jax.Array:
         leaves = jax.tree.leaves(tree)
         if not leaves:
             continue
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
+        # The sum is non-finite iff some entry is (or the sum overflows, |values| ~ 1e38);
+        # unlike all(isfinite(.)) it needs no leaf-sized temporary on CPU.
+        finite = jnp.all(jnp.stack([jnp.isfinite(jnp.sum(leaf)) for leaf in leaves]))
         bits = bits | jnp.where(finite, 0, _VARIABLE_BITS[name]).astype(jnp.int32)
     return bits
 
@@ -175,10 +182,11 @@ def _single_loop(
         check_problem(problem, x0, y0, key)
         if validate is not None:
             validate(y0)
-        x0 = jax.tree.map(jnp.asarray, x0)
-        y0 = jax.tree.map(jnp.asarray, y0)
+        # Copies: a step jitted with a donated state must not consume the caller's x0 / y0.
+        x0 = jax.tree.map(jnp.array, x0)
+        y0 = jax.tree.map(jnp.array, y0)
         dtype = jnp.result_type(*jax.tree.leaves(x0))
-        zero = jnp.zeros([], jnp.int32)
+        # Distinct buffers per field, so a donated state never donates one buffer twice.
         return BilevelState(
             x=x0,
             y=y0,
@@ -186,9 +194,9 @@ def _single_loop(
             h=None if average is None else jax.tree.map(jnp.zeros_like, x0),
             outer_state=outer_tx.init(x0),
             key=key,
-            count=zero,
-            status=zero,
-            failed_step=zero - 1,
+            count=jnp.zeros([], jnp.int32),
+            status=jnp.zeros([], jnp.int32),
+            failed_step=jnp.full([], -1, jnp.int32),
             diagnostics={
                 "outer_loss": jnp.zeros([], dtype),
                 "hypergrad_norm": jnp.zeros([], dtype),
@@ -360,6 +368,7 @@ def bros(
     aux_radius: float | None = None,
     factorized: bool = False,
     exact_small_leaves: bool = False,
+    hessian_probe: Literal["bi", "one_sided"] = "bi",
 ) -> Solver:
     """BROS: single-loop stochastic bilevel optimisation in randomized subspaces.
 
@@ -382,7 +391,13 @@ def bros(
         losses (they must accept them, e.g. through ``subspace.dense``).
       exact_small_leaves: update leaves whose first dimension is <= rank in full instead
         of raising.
+      hessian_probe: ``"bi"`` (the Rademacher bi-probe ``P1 P1^T H P2 P2^T v``) or
+        ``"one_sided"`` (``P1 P1^T H v``, with ``v`` as the forward tangent): both unbiased
+        and free of ``y``-sized buffers; the one-sided estimate drops the bi-probe's
+        second variance term ``(d + r - 1)/r^2 (tr(H^2) ||v||^2 + ...)``.
     """
+    if hessian_probe not in ("bi", "one_sided"):
+        raise ValueError(f"hessian_probe must be 'bi' or 'one_sided', got {hessian_probe!r}")
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
         raise ValueError(f"rank must be a Python int >= 1, got {rank!r}")
     rank = int(rank)
@@ -393,7 +408,18 @@ def bros(
     def directions(problem, x, y, v, inner_batch, outer_batch, key, beta, gamma):
         ranks = subspace.probe_shapes(y, rank, exact_small_leaves)
         return bros_directions(
-            problem, x, y, v, inner_batch, outer_batch, key, beta, gamma, ranks, factorized
+            problem,
+            x,
+            y,
+            v,
+            inner_batch,
+            outer_batch,
+            key,
+            beta,
+            gamma,
+            ranks,
+            factorized,
+            hessian_probe,
         )
 
     return _single_loop(
@@ -409,7 +435,18 @@ def bros(
 
 
 def bros_directions(
-    problem, x, y, v, inner_batch, outer_batch, key, beta, gamma, ranks, factorized
+    problem,
+    x,
+    y,
+    v,
+    inner_batch,
+    outer_batch,
+    key,
+    beta,
+    gamma,
+    ranks,
+    factorized,
+    hessian_probe="bi",
 ):
     """One BROS step of ``y`` and ``v`` and its hypergradient estimate.
 
@@ -432,9 +469,14 @@ def bros_directions(
     probes1 = subspace.sample_probes(key1, y, ranks)
     probes2 = subspace.sample_probes(key2, y, ranks)
     g = problem.inner_loss
-    s_y, s_hv = subspace.bi_probe(
-        lambda y_: g(x, y_, inner_batch), y, v, probes1, probes2, factorized=factorized
-    )
+    if hessian_probe == "bi":
+        s_y, s_hv = subspace.bi_probe(
+            lambda y_: g(x, y_, inner_batch), y, v, probes1, probes2, factorized=factorized
+        )
+    else:
+        s_y, s_hv = subspace.one_sided_probe(
+            lambda y_: g(x, y_, inner_batch), y, v, probes1, factorized=factorized
+        )
     zeros = subspace.zero_coords(y, probes1)
 
     def outer_in_coords(x_, b):
@@ -442,9 +484,15 @@ def bros_directions(
 
     f_value, (f_x, s_f) = jax.value_and_grad(outer_in_coords, (0, 1))(x, zeros)
     cross = cross_term(g, x, y, v, inner_batch)
-    y_new = subspace.add_lifted(y, probes1, s_y, -beta)
     s_v = [a + b for a, b in zip(s_hv, s_f, strict=True)]
-    v_new = subspace.add_lifted(v, probes1, s_v, -gamma)
+    # The in-place updates of y and v must come after every read of either. Only the reads
+    # feeding a loop's own coordinates are ordered by data flow; for the rest (the cross
+    # term, grad_x f, the other variable's coordinates) XLA keeps a full copy of y and v.
+    # A zero-weighted dependence on all of them orders the reads first (an explicit
+    # optimization_barrier does not: XLA still copies).
+    after = 0.0 * (_tree_sum(cross) + _tree_sum(f_x) + f_value + _tree_sum(s_y) + _tree_sum(s_v))
+    y_new = subspace.add_lifted(y, probes1, s_y, -beta + after)
+    v_new = subspace.add_lifted(v, probes1, s_v, -gamma + after)
     d_x = jax.tree.map(jnp.add, f_x, cross)
     return y_new, v_new, d_x, {"outer_loss": f_value}
 

@@ -91,6 +91,36 @@ def dense(inputs: jax.Array, kernel: Any, bias: Any = None) -> jax.Array:
     return out
 
 
+def _dot_self(leaf: jax.Array) -> jax.Array:
+    """``sum(leaf**2)`` as one dot: on CPU, XLA runs ``sum(square(w))`` as two kernels with
+    a leaf-sized temporary between them, while a dot reads the leaf in place."""
+    flat = jnp.ravel(leaf)
+    return jnp.vdot(flat, flat)
+
+
+def sq_norm(tree: Any) -> jax.Array:
+    """``sum ||leaf||^2`` over ``tree``, with :class:`Factorized` leaves left unmerged.
+
+    ``||W + sum_i P_i B_i||^2 = ||W||^2 + 2 sum_i <P_i^T W, B_i> + sum_ij <P_i B_i, P_j B_j>``,
+    each term computed in the small coordinates, so an L2 penalty adds no leaf-sized buffer
+    to the subspace gradient. Plain leaves are reduced with a dot for the same reason.
+    """
+    total = jnp.zeros([], jnp.float32)
+    for leaf in jax.tree.leaves(tree, is_leaf=is_factorized):
+        if not is_factorized(leaf):
+            total = total + _dot_self(leaf)
+            continue
+        base = leaf.base
+        total = total + _dot_self(base)
+        for p, b in leaf.factors:
+            total = total + 2.0 * jnp.sum(jnp.tensordot(p, base, axes=(0, 0)) * b)
+        for p_i, b_i in leaf.factors:
+            for p_j, b_j in leaf.factors:
+                gram = p_i.T @ p_j  # (r_i, r_j)
+                total = total + jnp.sum(b_i * jnp.tensordot(gram, b_j, axes=1))
+    return total
+
+
 # --- probes ------------------------------------------------------------------------------
 
 
@@ -229,6 +259,23 @@ def bi_probe(
         )
 
     return jax.jvp(grad_b1, (zeros2,), (tangent,))
+
+
+def one_sided_probe(
+    fun: Any, y: Any, v: Any, probes1: list, *, factorized: bool = False
+) -> tuple[list, list]:
+    """``(P1^T nabla fun(y), P1^T H v)``: the Hessian action projected on one side only.
+
+    Forward-over-reverse with the full tangent ``v`` on the weights (its forward products
+    are activation-sized) and the reverse pass in ``P1``'s coordinates. Unbiased like the
+    bi-probe, with only the first term of its variance, ``(d - 1)/r ||H v||^2``.
+    """
+    zeros1 = zero_coords(y, probes1)
+
+    def grad_b1(y_):
+        return jax.grad(lambda b1: fun(perturb(y_, [(probes1, b1)], factorized)))(zeros1)
+
+    return jax.jvp(grad_b1, (y,), (v,))
 
 
 def subspace_grad(fun: Any, y: Any, probes: list, *, factorized: bool = False) -> list:

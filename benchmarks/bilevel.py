@@ -1,0 +1,372 @@
+"""Suite ``bilevel``: BROS against SOBA, MA-SOBA and the implicit reference.
+
+Measured in one run, each method next to its anchor:
+
+1. memory of one jitted step (XLA: argument + output + temp - alias, components reported
+   apart, state donated) on hyper-data cleaning with an MLP lower level, over widths, for
+   SOBA, MA-SOBA (both Hessian-product modes; the anchor is the leaner), and BROS;
+2. wall time per step at the widest width, interleaved repeats;
+3. validation / test accuracy vs samples at the widest width (MA-SOBA vs the BROS target
+   configuration), and on the three tasks (hyper-data cleaning with a linear model at two
+   corruption rates, data-mixture learning, hyper-representation) for every solver.
+
+Targets (issue 3): BROS step memory <= 0.55x MA-SOBA's on the widest network while its
+final test accuracy is within 1 point of MA-SOBA's at equal samples; BROS time per step
+<= 1.0x MA-SOBA's. Quick runs stop at a narrower width and leave those targets unevaluated.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target, time_interleaved
+from jaxopt_suite import bilevel
+from jaxopt_suite.bilevel import tasks
+
+# Declared before measuring: the BROS configuration the targets use.
+TARGET_RANK = 16
+TARGET_PROBE = "bi"
+RANKS = (4, 16, 64)
+BATCH = 64
+OUTER_LR_WEIGHTS = 100.0  # per-sample logits get tiny hypergradients (1/n each)
+
+
+def _bros(rank, inner_lr, outer, probe=TARGET_PROBE, aux_lr=None):
+    return bilevel.bros(
+        rank=rank,
+        inner_lr=inner_lr,
+        aux_lr=aux_lr,
+        outer=outer,
+        factorized=True,
+        exact_small_leaves=True,
+        hessian_probe=probe,
+    )
+
+
+def _target_name():
+    return f"BROS r={TARGET_RANK}" + ("" if TARGET_PROBE == "bi" else f" ({TARGET_PROBE})")
+
+
+def _all_solvers(inner_lr, outer, bros_inner_lr, implicit_steps=20, quick=False):
+    """Every solver; quick runs keep SOBA, MA-SOBA, the BROS target and the reference."""
+    solvers = {
+        "SOBA": bilevel.soba(inner_lr=inner_lr, outer=outer),
+        "MA-SOBA": bilevel.ma_soba(inner_lr=inner_lr, outer=outer),
+    }
+    for rank in (TARGET_RANK,) if quick else RANKS:
+        solvers[f"BROS r={rank}"] = _bros(rank, bros_inner_lr, outer, probe="bi")
+    if not quick:
+        solvers[f"BROS r={TARGET_RANK} (one_sided)"] = _bros(
+            TARGET_RANK, bros_inner_lr, outer, probe="one_sided"
+        )
+    solvers["implicit"] = bilevel.implicit_reference(
+        inner_lr=inner_lr, inner_steps=implicit_steps, outer=outer
+    )
+    return solvers
+
+
+def _memory(task, solver):
+    state = solver.init(task.problem, task.x0, task.y0, jax.random.key(0))
+    batches = task.problem.sample(jax.random.key(1))
+    compiled = jax.jit(solver.step, donate_argnums=0).lower(state, batches).compile()
+    m = compiled.memory_analysis()
+    parts = {
+        "argument": int(m.argument_size_in_bytes),
+        "output": int(m.output_size_in_bytes),
+        "temp": int(m.temp_size_in_bytes),
+        "alias": int(m.alias_size_in_bytes),
+    }
+    parts["total"] = parts["argument"] + parts["output"] + parts["temp"] - parts["alias"]
+    return parts
+
+
+def _tree_bytes(tree):
+    return int(sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(tree)))
+
+
+def _train(task, solver, steps, eval_every, key):
+    start = time.perf_counter()
+    result = bilevel.run(
+        task.problem,
+        solver,
+        task.x0,
+        task.y0,
+        key,
+        steps,
+        eval_every=eval_every,
+        eval_fn=task.evaluate,
+        on_failure="return",
+    )
+    seconds = time.perf_counter() - start
+    history = {k: [float(v) for v in np.asarray(a)] for k, a in result.history.items()}
+    return {
+        "status": result.message,
+        "seconds": seconds,
+        "samples": [int(s) * BATCH for s in history["step"]],
+        "history": history,
+        "final_test_accuracy": history["test_accuracy"][-1],
+        "final_val_accuracy": history["val_accuracy"][-1],
+    }
+
+
+def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
+    widths = (256, 512) if quick else (256, 512, 1024, 2048)
+    wide_steps = 200 if quick else 1500
+    task_steps = 200 if quick else 3000
+    split = tasks.load_split("digits") if quick else tasks.load_split(n_train=20_000, n_val=5_000)
+    corruptions = (0.5,) if quick else (0.5, 0.8)
+    mlp_inner_lr, bros_mlp_inner_lr = 0.1, 0.01
+    parameters = {
+        "dataset": split.name,
+        "n_train": int(split.x_train.shape[0]),
+        "n_val": int(split.x_val.shape[0]),
+        "n_test": int(split.x_test.shape[0]),
+        "batch": BATCH,
+        "widths": list(widths),
+        "mlp": "in - W - W - classes, ReLU, lower level of hyper-data cleaning (p = 0.5)",
+        "ranks": list(RANKS),
+        "target_config": {"rank": TARGET_RANK, "hessian_probe": TARGET_PROBE},
+        "wide_steps": wide_steps,
+        "task_steps": task_steps,
+        "step_sizes": {
+            "mlp_inner_lr": mlp_inner_lr,
+            "bros_mlp_inner_lr": bros_mlp_inner_lr,
+            "outer_lr_sample_weights": OUTER_LR_WEIGHTS,
+            "linear_inner_lr": 0.1,
+        },
+        "memory_protocol": (
+            "jax.jit(step, donate_argnums=0).lower(state, batches).compile().memory_analysis(): "
+            "argument + output + temp - alias bytes; the MA-SOBA anchor is the leaner of its "
+            "joint-VJP and forward-over-reverse forms"
+        ),
+    }
+    results: dict = {"memory": {}, "timing": {}, "wide": {}, "tasks": {}}
+    wide_name = _target_name()
+
+    # 1. memory over widths
+    memory_methods = {
+        "SOBA": lambda: bilevel.soba(inner_lr=mlp_inner_lr, outer=OUTER_LR_WEIGHTS),
+        "MA-SOBA (joint VJP)": lambda: bilevel.ma_soba(
+            inner_lr=mlp_inner_lr, outer=OUTER_LR_WEIGHTS
+        ),
+        "MA-SOBA (fwd-over-rev)": lambda: bilevel.ma_soba(
+            inner_lr=mlp_inner_lr, outer=OUTER_LR_WEIGHTS, hvp_mode="forward_over_reverse"
+        ),
+        **{
+            f"BROS r={r}": (lambda r=r: _bros(r, bros_mlp_inner_lr, OUTER_LR_WEIGHTS, "bi"))
+            for r in RANKS
+        },
+        f"BROS r={TARGET_RANK} (one_sided)": lambda: _bros(
+            TARGET_RANK, bros_mlp_inner_lr, OUTER_LR_WEIGHTS, "one_sided"
+        ),
+    }
+    if quick:
+        keep = ("MA-SOBA (joint VJP)", "MA-SOBA (fwd-over-rev)", f"BROS r={TARGET_RANK}")
+        memory_methods = {k: v for k, v in memory_methods.items() if k in keep}
+    with progress.stage("bilevel: memory", len(widths) * len(memory_methods)) as advance:
+        for width in widths:
+            task = tasks.hyper_cleaning(split, hidden=(width, width), batch_size=BATCH)
+            row = {"y_bytes": _tree_bytes(task.y0), "x_bytes": _tree_bytes(task.x0)}
+            for name, make in memory_methods.items():
+                row[name] = _memory(task, make())
+                advance()
+            row["MA-SOBA"] = min(
+                (row["MA-SOBA (joint VJP)"], row["MA-SOBA (fwd-over-rev)"]),
+                key=lambda parts: parts["total"],
+            )
+            results["memory"][str(width)] = row
+
+    # 2. time per step at the widest width, 3. accuracy there
+    widest = widths[-1]
+    task = tasks.hyper_cleaning(split, hidden=(widest, widest), batch_size=BATCH)
+    wide_solvers = {
+        "MA-SOBA": bilevel.ma_soba(inner_lr=mlp_inner_lr, outer=OUTER_LR_WEIGHTS),
+        wide_name: _bros(TARGET_RANK, bros_mlp_inner_lr, OUTER_LR_WEIGHTS, TARGET_PROBE),
+    }
+    timing_solvers = {
+        **wide_solvers,
+        **{
+            f"BROS r={r}": _bros(r, bros_mlp_inner_lr, OUTER_LR_WEIGHTS, "bi")
+            for r in RANKS
+            if f"BROS r={r}" not in wide_solvers and not quick
+        },
+    }
+    batches = task.problem.sample(jax.random.key(1))
+    with progress.stage("bilevel: step time", 1) as advance:
+        steps_fns = {}
+        states = {}
+        for name, solver in timing_solvers.items():
+            states[name] = solver.init(task.problem, task.x0, task.y0, jax.random.key(0))
+            steps_fns[name] = lambda states_, b, name=name, solver=solver: solver.step(
+                states_[name], b
+            )
+        timings = time_interleaved(steps_fns, states, batches, repeats=5 if quick else 9)
+        results["timing"] = {
+            name: {"median_s": t.median_s, "iqr_s": t.iqr_s, "compile_s": t.compile_s}
+            for name, t in timings.items()
+        }
+        advance()
+    with progress.stage("bilevel: widest-width training", len(wide_solvers)) as advance:
+        for name, solver in wide_solvers.items():
+            results["wide"][name] = _train(
+                task, solver, wide_steps, max(1, wide_steps // 10), jax.random.key(2)
+            )
+            advance()
+
+    # 4. the tasks, every solver
+    task_builders = {
+        **{
+            f"hyper_cleaning linear p={p}": (
+                lambda p=p: tasks.hyper_cleaning(split, corruption=p, batch_size=BATCH)
+            )
+            for p in corruptions
+        },
+        "data_mixture linear": lambda: tasks.data_mixture(split, batch_size=BATCH),
+        "hyper_representation": lambda: tasks.hyper_representation(
+            split, backbone=(64, 32), batch_size=BATCH
+        ),
+    }
+    outer_lrs = {
+        "hyper_cleaning": OUTER_LR_WEIGHTS,
+        "data_mixture": 0.1,
+        "hyper_representation": 0.01,
+    }
+    total = len(task_builders) * len(_all_solvers(0.1, 0.1, 0.1, quick=quick))
+    with progress.stage("bilevel: tasks", total) as advance:
+        for task_name, build in task_builders.items():
+            task = build()
+            outer = outer_lrs[task.name]
+            row = {"info": task.info}
+            for name, solver in _all_solvers(0.1, outer, 0.1, quick=quick).items():
+                row[name] = _train(
+                    task, solver, task_steps, max(1, task_steps // 10), jax.random.key(3)
+                )
+                advance()
+            results["tasks"][task_name] = row
+
+    # summary and targets
+    summary = []
+    widest_row = results["memory"][str(widest)]
+    for name in memory_methods:
+        if name.startswith("BROS"):
+            summary.append(
+                SummaryRow(
+                    name,
+                    f"step bytes, width {widest}",
+                    float(widest_row[name]["total"]),
+                    "MA-SOBA",
+                    float(widest_row["MA-SOBA"]["total"]),
+                )
+            )
+    for name, t in results["timing"].items():
+        if name != "MA-SOBA":
+            summary.append(
+                SummaryRow(
+                    name,
+                    f"s per step, width {widest}",
+                    t["median_s"],
+                    "MA-SOBA",
+                    results["timing"]["MA-SOBA"]["median_s"],
+                )
+            )
+    wide = results["wide"]
+    summary.append(
+        SummaryRow(
+            wide_name,
+            f"test accuracy, width {widest}",
+            wide[wide_name]["final_test_accuracy"],
+            "MA-SOBA",
+            wide["MA-SOBA"]["final_test_accuracy"],
+        )
+    )
+    for task_name, row in results["tasks"].items():
+        for name in row:
+            if name in ("info", "MA-SOBA"):
+                continue
+            summary.append(
+                SummaryRow(
+                    name,
+                    f"test acc., {task_name}",
+                    row[name]["final_test_accuracy"],
+                    "MA-SOBA",
+                    row["MA-SOBA"]["final_test_accuracy"],
+                )
+            )
+
+    note = "" if not quick else f"quick run: widest width {widest}, not the full {2048}"
+    memory_ratio = widest_row[wide_name]["total"] / widest_row["MA-SOBA"]["total"]
+    accuracy_gap = wide["MA-SOBA"]["final_test_accuracy"] - wide[wide_name]["final_test_accuracy"]
+    time_ratio = results["timing"][wide_name]["median_s"] / results["timing"]["MA-SOBA"]["median_s"]
+    targets = [
+        Target.evaluate(
+            f"{wide_name} step memory / MA-SOBA's, widest lower level",
+            None if quick else memory_ratio,
+            0.55,
+            "<=",
+            note,
+        ),
+        Target.evaluate(
+            f"MA-SOBA test accuracy - {wide_name}'s at equal samples, widest lower level",
+            None if quick else accuracy_gap,
+            0.01,
+            "<=",
+            note,
+        ),
+        Target.evaluate(
+            f"{wide_name} time per step / MA-SOBA's, widest lower level",
+            None if quick else time_ratio,
+            1.0,
+            "<=",
+            note,
+        ),
+    ]
+    if quick:
+        results["quick_ratios"] = {
+            "memory": memory_ratio,
+            "accuracy_gap": accuracy_gap,
+            "time": time_ratio,
+        }
+    plot = out_dir / "bilevel.png"
+    _plot(results, widths, wide_name, plot)
+    return SuiteResult("bilevel", quick, parameters, results, summary, targets, plot)
+
+
+def _plot(results, widths, wide_name, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    task_rows = results["tasks"]
+    fig, axes = plt.subplots(1, 2 + len(task_rows), figsize=(5 * (2 + len(task_rows)), 4))
+    ax = axes[0]
+    names = [n for n in results["memory"][str(widths[0])] if not n.endswith("_bytes")]
+    for name in names:
+        if name.startswith("MA-SOBA ("):
+            continue
+        totals = [results["memory"][str(w)][name]["total"] / 2**20 for w in widths]
+        ax.plot(widths, totals, marker="o", label=name)
+    ax.set(xlabel="lower-level width", ylabel="step memory (MiB)", xscale="log", yscale="log")
+    ax.set_title("memory of one step")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    for name, run in results["wide"].items():
+        ax.plot(run["samples"], run["history"]["test_accuracy"], label=name)
+    ax.set(xlabel="samples", ylabel="test accuracy")
+    ax.set_title(f"hyper-cleaning, MLP width {widths[-1]}")
+    ax.legend(fontsize=7)
+    for ax, (task_name, row) in zip(axes[2:], task_rows.items(), strict=True):
+        for name, run in row.items():
+            if name == "info":
+                continue
+            ax.plot(run["samples"], run["history"]["test_accuracy"], label=name)
+        ax.set(xlabel="samples", ylabel="test accuracy")
+        ax.set_title(task_name, fontsize=9)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
