@@ -5,7 +5,8 @@
     python examples/szo_mlp.py --quick            # a few hundred steps
 
 Each step runs one forward pass that returns the loss's layer inputs (flax helper), then the
-transform queries the loss 2q times and SGD applies the estimate.
+transform queries the loss once per probe (SZO: forward differences based at that pass's
+loss; SPSA: central differences, twice per probe) and SGD applies the estimate.
 """
 
 from __future__ import annotations

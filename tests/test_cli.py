@@ -24,7 +24,7 @@ def test_unknown_suite_lists_the_valid_ones(capsys):
         cli.main(["bench", "no-such-suite"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown suite(s): no-such-suite" in err and "valid suites: zo" in err
+    assert "unknown suite(s): no-such-suite" in err and "valid suites: bilevel, zo" in err
 
 
 def test_unknown_flag_lists_the_valid_ones(capsys):

@@ -26,3 +26,13 @@ def test_cv_zod_uses_a_good_hint_and_survives_a_useless_one():
     assert cv < 0.1 * plain
     cv, plain = example.main(["--quick", "--alpha", "0.0"])
     assert cv < 1.5 * plain
+
+
+def test_bros_learns_which_labels_to_trust():
+    example = _load("bros_hyper_cleaning")
+    out = example.main(["--quick"])
+    for name, final in out.items():
+        # Half the labels are re-drawn: the learned weights must separate the two groups.
+        assert final["weight_clean"] > final["weight_corrupted"] + 0.5, name
+    bros, ma_soba = out["BROS r=16"], out["MA-SOBA"]
+    assert bros["test_accuracy"] > ma_soba["test_accuracy"] - 0.05

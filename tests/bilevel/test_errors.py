@@ -86,6 +86,8 @@ def test_other_bad_configs():
         bilevel.ma_soba(inner_lr=0.1, outer=0.1, aux_radius=0.0)
     with pytest.raises(ValueError, match="hvp_mode must be"):
         bilevel.soba(inner_lr=0.1, outer=0.1, hvp_mode="reverse")
+    with pytest.raises(ValueError, match="hessian_probe must be 'bi' or 'one_sided'"):
+        bilevel.bros(rank=1, inner_lr=0.1, outer=0.1, hessian_probe="two")
     with pytest.raises(ValueError, match="inner_steps must be a Python int >= 1"):
         bilevel.implicit_reference(inner_lr=0.1, inner_steps=0, outer=0.1)
 

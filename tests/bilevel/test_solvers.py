@@ -65,8 +65,19 @@ def test_converges_to_the_bilevel_solution(name):
             40_000,
             0.06,
         ),
+        (
+            bilevel.bros(
+                rank=2,
+                inner_lr=0.1,
+                aux_lr=decay(0.05, power=1.0),
+                outer=optax.set_to_zero(),
+                hessian_probe="one_sided",
+            ),
+            40_000,
+            0.06,
+        ),
     ],
-    ids=["soba", "ma_soba", "ma_soba_fwd", "bros"],
+    ids=["soba", "ma_soba", "ma_soba_fwd", "bros", "bros_one_sided"],
 )
 def test_hypergradient_converges_at_fixed_x(solver, steps, tol):
     q = Quadratic(noise=0.0)

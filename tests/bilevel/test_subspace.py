@@ -132,3 +132,23 @@ def test_rank_above_a_leaf_dimension_is_an_error():
     with pytest.raises(ValueError, match=r"rank=4 exceeds the first dimension 3 of y0\['b'\]"):
         subspace.probe_shapes(tree, 4, False)
     assert subspace.probe_shapes(tree, 4, True) == [None, 4]
+
+
+def test_one_sided_probe_is_unbiased_with_the_first_variance_term(quadratic_form):
+    h, v, y, fun = quadratic_form
+    ranks = subspace.probe_shapes(y, RANK, False)
+
+    def draw(key):
+        probes = subspace.sample_probes(key, y, ranks)
+        _, s = subspace.one_sided_probe(fun, y, v, probes)
+        return subspace.lift(probes, s, y)
+
+    est = jax.jit(jax.vmap(draw))(jax.random.split(jax.random.key(9), DRAWS))
+    hv = h @ v
+    mean, stderr = est.mean(0), est.std(0, ddof=1) / np.sqrt(DRAWS)
+    np.testing.assert_array_less(np.abs(mean - hv), 5 * stderr + 1e-6)
+    sq_err = jnp.sum((est - hv[None, :]) ** 2, axis=1)
+    formula = (DIM - 1) / RANK * hv @ hv  # Rademacher: E||P P^T w - w||^2 = (d-1)/r ||w||^2
+    stderr_sq = sq_err.std(ddof=1) / np.sqrt(DRAWS)
+    assert 4 * stderr_sq < 0.15 * formula
+    assert abs(sq_err.mean() - formula) <= 0.15 * formula
