@@ -389,8 +389,8 @@ def bros(
       inner_lr, aux_lr, outer, average, aux_radius: as :func:`ma_soba`.
       factorized: pass :class:`~jaxopt_suite.bilevel.subspace.Factorized` leaves to both
         losses (they must accept them, e.g. through ``subspace.dense``).
-      exact_small_leaves: update leaves whose first dimension is <= rank in full instead
-        of raising.
+      exact_small_leaves: update leaves with a dimension <= rank (biases, thin read-out
+        layers) in full instead of raising.
       hessian_probe: ``"bi"`` (the Rademacher bi-probe ``P1 P1^T H P2 P2^T v``) or
         ``"one_sided"`` (``P1 P1^T H v``, with ``v`` as the forward tangent): both unbiased
         and free of ``y``-sized buffers; the one-sided estimate drops the bi-probe's

@@ -127,7 +127,11 @@ def sq_norm(tree: Any) -> jax.Array:
 def probe_shapes(y: Any, rank: int, exact_small_leaves: bool) -> list[int | None]:
     """Per leaf of ``y``: the subspace rank, or ``None`` for a leaf updated exactly.
 
-    Raises if ``rank`` exceeds a leaf's first dimension, unless ``exact_small_leaves``.
+    Raises if ``rank`` exceeds a leaf's first dimension, unless ``exact_small_leaves``: then
+    every leaf with a dimension <= ``rank`` is updated exactly. Such a thin leaf (a bias, a
+    ``(width, classes)`` read-out) is no larger than ``rank`` times its other dimensions,
+    the size of the coordinates a projected wide leaf carries, so projecting it saves no
+    memory worth its variance.
     """
     ranks = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(y)[0]:
@@ -135,8 +139,8 @@ def probe_shapes(y: Any, rank: int, exact_small_leaves: bool) -> list[int | None
         if not shape:
             ranks.append(None)  # scalars: nothing to project
             continue
-        if rank >= shape[0] and exact_small_leaves:
-            ranks.append(None)  # a subspace as large as the leaf buys nothing
+        if exact_small_leaves and rank >= min(shape):
+            ranks.append(None)
             continue
         if rank > shape[0]:
             raise ValueError(

@@ -128,10 +128,11 @@ def test_add_lifted_equals_the_plain_update(rows):
 
 
 def test_rank_above_a_leaf_dimension_is_an_error():
-    tree = {"w": jnp.ones((8, 4)), "b": jnp.ones(3)}
+    tree = {"w": jnp.ones((8, 6)), "b": jnp.ones(3), "thin": jnp.ones((8, 2))}
     with pytest.raises(ValueError, match=r"rank=4 exceeds the first dimension 3 of y0\['b'\]"):
         subspace.probe_shapes(tree, 4, False)
-    assert subspace.probe_shapes(tree, 4, True) == [None, 4]
+    # Leaves in key order b, thin, w: any dimension <= rank means an exact update.
+    assert subspace.probe_shapes(tree, 4, True) == [None, None, 4]
 
 
 def test_one_sided_probe_is_unbiased_with_the_first_variance_term(quadratic_form):
