@@ -118,8 +118,9 @@ def git_sha() -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
+    # The results being written (JSON, plots) do not make the measured code dirty.
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
