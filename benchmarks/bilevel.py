@@ -10,7 +10,7 @@ Measured in one run, each method next to its anchor:
    configuration), and on the three tasks (hyper-data cleaning with a linear model at two
    corruption rates, data-mixture learning, hyper-representation) for every solver.
 
-Targets (issue 3): BROS step memory <= 0.55x MA-SOBA's on the widest network while its
+Targets: BROS step memory <= 0.55x MA-SOBA's on the widest network while its
 final test accuracy is within 1 point of MA-SOBA's at equal samples; BROS time per step
 <= 1.0x MA-SOBA's. Quick runs stop at a narrower width and leave those targets unevaluated.
 """

@@ -37,7 +37,7 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """One target of an issue, evaluated in the run that produced the JSON.
+    """One target of a suite, evaluated in the run that produced the JSON.
 
     ``met`` is ``None`` when the run did not evaluate it (``value`` is then ``None`` too).
     """

@@ -13,7 +13,7 @@ Measured in one run, each method next to its anchor:
 4. per-update time and XLA memory of each estimator at q = 16;
 5. when Fashion-MNIST is on the machine, the cosine comparison on a small CNN.
 
-Targets (issue 2): SZO cosine >= 5x SPSA's at q = 1 and q = 16; SZO reaches SPSA's final
+Targets: SZO cosine >= 5x SPSA's at q = 1 and q = 16; SZO reaches SPSA's final
 training loss in at most 1/3 of the forward passes; CV-ZOD (adaptive) MSE <= 0.25x plain
 ZO at alpha = 0.9 and <= 1.1x at alpha = 0.
 """
