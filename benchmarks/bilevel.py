@@ -35,16 +35,39 @@ BATCH = 64
 OUTER_LR_WEIGHTS = 100.0  # per-sample logits get tiny hypergradients (1/n each)
 
 
-def _bros(rank, inner_lr, outer, probe=TARGET_PROBE, aux_lr=None):
-    return bilevel.bros(
-        rank=rank,
-        inner_lr=inner_lr,
-        aux_lr=aux_lr,
-        outer=outer,
-        factorized=True,
-        exact_small_leaves=True,
-        hessian_probe=probe,
-    )
+def _bros(rank, probe):
+    def make(inner_lr, aux_lr, outer):
+        return bilevel.bros(
+            rank=rank,
+            inner_lr=inner_lr,
+            aux_lr=aux_lr,
+            outer=outer,
+            factorized=True,
+            exact_small_leaves=True,
+            hessian_probe=probe,
+        )
+
+    return make
+
+
+IMPLICIT_STEPS = 20
+# Every configuration the suite measures: name -> make(inner_lr, aux_lr, outer).
+SOLVERS = {
+    "SOBA": lambda lr, aux, outer: bilevel.soba(inner_lr=lr, aux_lr=aux, outer=outer),
+    "MA-SOBA": lambda lr, aux, outer: bilevel.ma_soba(inner_lr=lr, aux_lr=aux, outer=outer),
+    "MA-SOBA (joint VJP)": lambda lr, aux, outer: bilevel.ma_soba(
+        inner_lr=lr, aux_lr=aux, outer=outer
+    ),
+    "MA-SOBA (fwd-over-rev)": lambda lr, aux, outer: bilevel.ma_soba(
+        inner_lr=lr, aux_lr=aux, outer=outer, hvp_mode="forward_over_reverse"
+    ),
+    **{f"BROS r={r}": _bros(r, "bi") for r in RANKS},
+    f"BROS r={TARGET_RANK} (one_sided)": _bros(TARGET_RANK, "one_sided"),
+    # The reference has no aux step.
+    "implicit": lambda lr, aux, outer: bilevel.implicit_reference(
+        inner_lr=lr, inner_steps=IMPLICIT_STEPS, outer=outer
+    ),
+}
 
 
 def _target_name():
@@ -56,7 +79,6 @@ def _target_name():
 # aux step. Quick runs use one point per family instead of the grid.
 GRID = ((0.1, 1.0), (0.1, 0.1), (0.03, 1.0), (0.03, 0.1))
 QUICK_POINT = {"full": (0.1, 1.0), "bros": (0.03, 0.1)}
-IMPLICIT_STEPS = 20
 
 
 def _methods(quick):
@@ -66,21 +88,6 @@ def _methods(quick):
     if not quick:
         names.append(f"BROS r={TARGET_RANK} (one_sided)")
     return [*names, "implicit"]
-
-
-def _make(method, inner_lr, aux_ratio, outer):
-    aux_lr = inner_lr * aux_ratio
-    if method == "SOBA":
-        return bilevel.soba(inner_lr=inner_lr, aux_lr=aux_lr, outer=outer)
-    if method == "MA-SOBA":
-        return bilevel.ma_soba(inner_lr=inner_lr, aux_lr=aux_lr, outer=outer)
-    if method == "implicit":
-        return bilevel.implicit_reference(
-            inner_lr=inner_lr, inner_steps=IMPLICIT_STEPS, outer=outer
-        )
-    rank = int(method.split("r=")[1].split()[0])
-    probe = "one_sided" if "one_sided" in method else "bi"
-    return _bros(rank, inner_lr, outer, probe, aux_lr=aux_lr)
 
 
 def _grid(method, quick):
@@ -95,7 +102,8 @@ def _best_run(task, method, outer, steps, key, quick):
     """The run of ``method`` with the best final validation accuracy over its grid."""
     runs = []
     for inner_lr, aux_ratio in _grid(method, quick):
-        run_ = _train(task, _make(method, inner_lr, aux_ratio, outer), steps, steps // 10, key)
+        solver = SOLVERS[method](inner_lr, inner_lr * aux_ratio, outer)
+        run_ = _train(task, solver, steps, steps // 10, key)
         run_["inner_lr"], run_["aux_lr"] = inner_lr, inner_lr * aux_ratio
         runs.append(run_)
 
@@ -203,31 +211,26 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     wide_name = _target_name()
 
     # 1. memory over widths
-    memory_methods = {
-        "SOBA": lambda: bilevel.soba(inner_lr=mlp_inner_lr, outer=OUTER_LR_WEIGHTS),
-        "MA-SOBA (joint VJP)": lambda: bilevel.ma_soba(
-            inner_lr=mlp_inner_lr, outer=OUTER_LR_WEIGHTS
-        ),
-        "MA-SOBA (fwd-over-rev)": lambda: bilevel.ma_soba(
-            inner_lr=mlp_inner_lr, outer=OUTER_LR_WEIGHTS, hvp_mode="forward_over_reverse"
-        ),
-        **{
-            f"BROS r={r}": (lambda r=r: _bros(r, bros_mlp_inner_lr, OUTER_LR_WEIGHTS, "bi"))
-            for r in RANKS
-        },
-        f"BROS r={TARGET_RANK} (one_sided)": lambda: _bros(
-            TARGET_RANK, bros_mlp_inner_lr, OUTER_LR_WEIGHTS, "one_sided"
-        ),
-    }
+    def mlp_solver(name):
+        inner_lr = bros_mlp_inner_lr if name.startswith("BROS") else mlp_inner_lr
+        return SOLVERS[name](inner_lr, inner_lr, OUTER_LR_WEIGHTS)
+
+    memory_methods = [
+        "SOBA",
+        "MA-SOBA (joint VJP)",
+        "MA-SOBA (fwd-over-rev)",
+        *(f"BROS r={r}" for r in RANKS),
+        f"BROS r={TARGET_RANK} (one_sided)",
+    ]
     if quick:
         keep = ("MA-SOBA (joint VJP)", "MA-SOBA (fwd-over-rev)", f"BROS r={TARGET_RANK}")
-        memory_methods = {k: v for k, v in memory_methods.items() if k in keep}
+        memory_methods = [name for name in memory_methods if name in keep]
     with progress.stage("bilevel: memory", len(widths) * len(memory_methods)) as advance:
         for width in widths:
             task = tasks.hyper_cleaning(split, hidden=(width, width), batch_size=BATCH)
             row = {"y_bytes": _tree_bytes(task.y0), "x_bytes": _tree_bytes(task.x0)}
-            for name, make in memory_methods.items():
-                row[name] = _memory(task, make())
+            for name in memory_methods:
+                row[name] = _memory(task, mlp_solver(name))
                 advance()
             row["MA-SOBA"] = min(
                 (row["MA-SOBA (joint VJP)"], row["MA-SOBA (fwd-over-rev)"]),
@@ -238,15 +241,10 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     # 2. time per step at the widest width, 3. accuracy there
     widest = widths[-1]
     task = tasks.hyper_cleaning(split, hidden=(widest, widest), batch_size=BATCH)
-    timing_solvers = {
-        "MA-SOBA": bilevel.ma_soba(inner_lr=mlp_inner_lr, outer=OUTER_LR_WEIGHTS),
-        wide_name: _bros(TARGET_RANK, bros_mlp_inner_lr, OUTER_LR_WEIGHTS, TARGET_PROBE),
-        **{
-            f"BROS r={r}": _bros(r, bros_mlp_inner_lr, OUTER_LR_WEIGHTS, "bi")
-            for r in RANKS
-            if r != TARGET_RANK and not quick
-        },
-    }
+    timing_names = ["MA-SOBA", wide_name]
+    if not quick:
+        timing_names += [f"BROS r={r}" for r in RANKS if r != TARGET_RANK]
+    timing_solvers = {name: mlp_solver(name) for name in timing_names}
     batches = task.problem.sample(jax.random.key(1))
     with progress.stage("bilevel: step time", 1) as advance:
         steps_fns = {}

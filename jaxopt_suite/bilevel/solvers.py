@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxopt_suite._checks import check_key
 from jaxopt_suite.bilevel import subspace
 from jaxopt_suite.bilevel.problem import (
     BilevelProblem,
@@ -163,14 +164,14 @@ def _single_loop(
     directions: Directions,
     *,
     inner_lr: Schedule,
-    aux_lr: Schedule,
+    aux_lr: Schedule | None,
     outer: Any,
     average: float | None,
     aux_radius: float | None,
     validate: Callable[[Any], None] | None = None,
 ) -> Solver:
     inner_schedule = _schedule("inner_lr", inner_lr)
-    aux_schedule = _schedule("aux_lr", aux_lr)
+    aux_schedule = inner_schedule if aux_lr is None else _schedule("aux_lr", aux_lr)
     outer_tx = _outer(outer)
     if average is not None:
         _check_unit("average", average)
@@ -178,7 +179,7 @@ def _single_loop(
         raise ValueError(f"aux_radius must be > 0 (or None), got {aux_radius!r}")
 
     def init(problem: BilevelProblem, x0: Any, y0: Any, key: jax.Array) -> BilevelState:
-        _check_key(key)
+        check_key(key)
         check_problem(problem, x0, y0, key)
         if validate is not None:
             validate(y0)
@@ -251,17 +252,6 @@ def _single_loop(
     return Solver(name, init, step)
 
 
-def _check_key(key: Any) -> None:
-    if not (
-        isinstance(key, jax.Array)
-        and (
-            (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ())
-            or (key.dtype == jnp.uint32 and key.shape == (2,))
-        )
-    ):
-        raise TypeError(f"key must be a jax PRNG key such as jax.random.key(0), got {key!r}")
-
-
 # --- SOBA / MA-SOBA ----------------------------------------------------------------------
 
 HvpMode = Literal["joint_vjp", "forward_over_reverse"]
@@ -314,7 +304,7 @@ def soba(
         "soba",
         _full_space_directions(hvp_mode),
         inner_lr=inner_lr,
-        aux_lr=inner_lr if aux_lr is None else aux_lr,
+        aux_lr=aux_lr,
         outer=outer,
         average=None,
         aux_radius=None,
@@ -348,7 +338,7 @@ def ma_soba(
         "ma_soba",
         _full_space_directions(hvp_mode),
         inner_lr=inner_lr,
-        aux_lr=inner_lr if aux_lr is None else aux_lr,
+        aux_lr=aux_lr,
         outer=outer,
         average=average,
         aux_radius=aux_radius,
@@ -426,7 +416,7 @@ def bros(
         f"bros(r={rank})",
         directions,
         inner_lr=inner_lr,
-        aux_lr=inner_lr if aux_lr is None else aux_lr,
+        aux_lr=aux_lr,
         outer=outer,
         average=average,
         aux_radius=aux_radius,
@@ -584,7 +574,7 @@ def implicit_reference(
         "implicit_reference",
         directions,
         inner_lr=inner_lr_value,
-        aux_lr=inner_lr_value,
+        aux_lr=None,
         outer=outer,
         average=None,
         aux_radius=None,
@@ -637,7 +627,7 @@ def run(
         raise ValueError(f"eval_every must be >= 1, got {eval_every}")
     if on_failure not in ("raise", "return"):
         raise ValueError(f"on_failure must be 'raise' or 'return', got {on_failure!r}")
-    _check_key(key)
+    check_key(key)
     init_key, batch_key = jax.random.split(key)
     state = solver.init(problem, x0, y0, init_key)
     segments, remainder = divmod(int(num_steps), int(eval_every))

@@ -24,6 +24,8 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from jaxopt_suite._checks import check_key
+
 ValueFn = Callable[[Any], jax.Array]
 
 
@@ -32,19 +34,6 @@ class Estimate(NamedTuple):
 
     grad: Any  # pytree like params
     num_evals: int  # value_fn evaluations used (static)
-
-
-def check_key(key: Any, name: str = "key") -> None:
-    """Raises unless ``key`` is a jax PRNG key (typed, or a raw uint32[2])."""
-    if isinstance(key, jax.Array) or hasattr(key, "dtype"):
-        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
-            return
-        if key.dtype == jnp.uint32 and key.shape == (2,):
-            return
-    raise TypeError(
-        f"{name} must be a jax PRNG key such as jax.random.key(0), got {type(key).__name__} "
-        f"with shape {getattr(key, 'shape', None)}"
-    )
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -70,8 +59,9 @@ def check_positive(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
-def check_value_fn(value_fn: Any, params: Any) -> None:
-    """Raises unless ``value_fn(params)`` returns a real scalar (checked abstractly)."""
+def check_value_fn(value_fn: Any, params: Any) -> jnp.dtype:
+    """Raises unless ``value_fn(params)`` returns a real scalar (checked abstractly); returns
+    the loss dtype."""
     if value_fn is None:
         raise TypeError("value_fn is required: pass update(..., value_fn=lambda p: loss(p, batch))")
     if not callable(value_fn):
@@ -86,6 +76,7 @@ def check_value_fn(value_fn: Any, params: Any) -> None:
         raise ValueError(
             f"value_fn must return a scalar floating loss, got shape {out.shape} dtype {out.dtype}"
         )
+    return out.dtype
 
 
 def flat_view(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
@@ -136,18 +127,18 @@ def directional_differences(
     return forward(directions), num + (1 if value is None else 0)
 
 
-def check_value(value: Any, value_fn: ValueFn, params: Any) -> jax.Array | None:
-    """``value`` (the loss at ``params``, optax's extra arg) as a scalar of the loss dtype."""
+def check_value(value: Any, loss_dtype: jnp.dtype) -> jax.Array | None:
+    """``value`` (the loss at params, optax's extra arg) as a scalar of ``loss_dtype`` (what
+    :func:`check_value_fn` returns)."""
     if value is None:
         return None
     value = jnp.asarray(value)
-    expected = jax.eval_shape(value_fn, params)
     if value.shape != () or not jnp.issubdtype(value.dtype, jnp.floating):
         raise ValueError(
             "value must be the scalar floating loss value_fn(params) (e.g. from the forward "
             f"pass that gave the activations), got shape {value.shape} dtype {value.dtype}"
         )
-    return value.astype(expected.dtype)
+    return value.astype(loss_dtype)
 
 
 def flat_plus(unravel: Callable, flat: jax.Array) -> Callable[[jax.Array, jax.Array], Any]:
@@ -195,8 +186,7 @@ def random_direction_estimate(
     value: jax.Array | None = None,
 ) -> Estimate:
     """``(1/q) sum_i D_{v_i} f(x) v_i`` with ``v_i = sample(...)`` i.i.d., E[v v^T] = I."""
-    check_value_fn(value_fn, params)
-    value = check_value(value, value_fn, params)
+    value = check_value(value, check_value_fn(value_fn, params))
     num_directions = check_int("num_directions", num_directions)
     check_positive("sigma", sigma)
     flat, unravel = flat_view(params)

@@ -44,10 +44,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxopt_suite._checks import check_key
 from jaxopt_suite.zeroth_order._common import (
     ValueFn,
     check_int,
-    check_key,
     check_positive,
     check_value_fn,
     directional_differences,

@@ -49,10 +49,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxopt_suite._checks import check_key
 from jaxopt_suite.zeroth_order._common import (
     ValueFn,
     check_int,
-    check_key,
     check_positive,
     check_value,
     check_value_fn,
@@ -313,8 +313,7 @@ def szo_estimate(
     Returns:
       :class:`SZOEstimate`.
     """
-    check_value_fn(value_fn, params)
-    value = check_value(value, value_fn, params)
+    value = check_value(value, check_value_fn(value_fn, params))
     kappa, num_directions = _check_options(kappa, num_directions, sigma, tail_weight, layout)
     flat_paths, treedef = jax.tree_util.tree_flatten_with_path(params)
     leaves = [leaf for _, leaf in flat_paths]
