@@ -8,6 +8,7 @@ import importlib
 
 SUITES = {
     "bilevel": "benchmarks.bilevel",
+    "online_bilevel": "benchmarks.online_bilevel",
     "zo": "benchmarks.zo",
 }
 

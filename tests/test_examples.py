@@ -36,3 +36,16 @@ def test_bros_learns_which_labels_to_trust():
         assert final["weight_clean"] > final["weight_corrupted"] + 0.5, name
     bros, ma_soba = out["BROS r=16"], out["MA-SOBA"]
     assert bros["test_accuracy"] > ma_soba["test_accuracy"] - 0.05
+
+
+def test_aobo_regret_tracks_the_drift():
+    example = _load("online_bilevel_regret")
+    out = example.main(["--quick"])
+    aobo = [out["AOBO", T] for T in (100, 1000)]
+    # V_T ~ sqrt(T): the bound regret <= C (1 + V_T) means the ratio must not grow.
+    ratios = [r["regret"] / (1 + r["V_T"]) for r in aobo]
+    assert ratios[1] <= ratios[0]
+    # O(log t) inner gradients per round: about ln(1000) ~ 7 on average, far below 15.
+    assert aobo[1]["inner"] < 1000 * 15
+    for T in (100, 1000):
+        assert out["AOBO", T]["regret"] < out["FSOBO", T]["regret"]

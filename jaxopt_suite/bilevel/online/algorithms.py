@@ -134,6 +134,16 @@ def _int(value: Any) -> jax.Array:
     return jnp.asarray(value, jnp.int32)
 
 
+def _poison(tree: Any, residual: Any) -> Any:
+    """``tree``, or NaNs when ``residual`` is not finite.
+
+    A loop that runs ``while ||residual|| > tol`` stops on a NaN residual as if converged;
+    this makes the NaN reach the state, where the step's status check sees it.
+    """
+    finite = jnp.isfinite(_norm(residual))
+    return jax.tree.map(lambda a: jnp.where(finite, a, jnp.nan).astype(a.dtype), tree)
+
+
 def _inner_until(problem, x, y, data, lr, tol, max_steps):
     """Gradient descent on ``g(x, ., data)`` from ``y`` until ``||nabla_y g|| <= tol``
     (at most ``max_steps`` steps). Returns ``(y, gradient evaluations)``."""
@@ -150,8 +160,8 @@ def _inner_until(problem, x, y, data, lr, tol, max_steps):
         y_ = _axpy(-lr, g, y_)
         return y_, grad(y_), k + 1
 
-    y, _, k = jax.lax.while_loop(cond, body, (y, grad(y), _int(0)))
-    return y, k + 1
+    y, g, k = jax.lax.while_loop(cond, body, (y, grad(y), _int(0)))
+    return _poison(y, g), k + 1
 
 
 def _aux_until(problem, x, y, v, grad_y_f, data, lr, tol, max_steps):
@@ -170,8 +180,8 @@ def _aux_until(problem, x, y, v, grad_y_f, data, lr, tol, max_steps):
         v_ = _axpy(-lr, r, v_)
         return v_, residual(v_), k + 1
 
-    v, _, k = jax.lax.while_loop(cond, body, (v, residual(v), _int(0)))
-    return v, k + 1
+    v, r, k = jax.lax.while_loop(cond, body, (v, residual(v), _int(0)))
+    return _poison(v, r), k + 1
 
 
 def _grad_f(problem, x, y, data):
@@ -403,6 +413,7 @@ def _wobo_round(
         ys, vs, grad, k_y, k_v = solve(state.x, ys, vs)
         start = (state.x, ys, vs, grad, _int(0), (k_y, k_v, n_valid))
         x, ys, vs, grad, _, counts = jax.lax.while_loop(cond, body, start)
+        x = _poison(x, grad)
         # The last solve certified ||grad F_{t,W}(x)|| <= delta; x_{t+1} is that point.
     newest = jnp.mod(t, window)
     y = jax.tree.map(lambda a: a[newest], ys)

@@ -66,6 +66,8 @@ def run_online(
       on_failure: after a round goes non-finite the learner stops; ``"raise"`` raises
         ``FloatingPointError`` with the message, ``"return"`` returns with the status.
     """
+    if not isinstance(problem, OnlineBilevelProblem):
+        raise TypeError(f"problem must be an OnlineBilevelProblem, got {type(problem).__name__}")
     if not isinstance(solver, OnlineSolver):
         raise TypeError(
             f"solver must be an OnlineSolver (aobo(...), wobo(...), ...), got {solver!r}"
@@ -138,8 +140,9 @@ def run_online(
         keep = np.arange(num_rounds)[(np.arange(num_rounds) + 1) % eval_every == 0]
         history["eval"] = {k: v[keep] for k, v in history["eval"].items()}
         history["eval_round"] = keep + 1
-    terms = history["regret_term"]
-    regret = float(np.nansum(terms) * regret_every) if oracle is not None else float("nan")
+    # Only the charged rounds enter the sum; a charged term that is NaN makes it NaN.
+    charged = history["regret_term"][::regret_every]
+    regret = float(np.sum(charged) * regret_every) if oracle is not None else float("nan")
     status = int(state.status)
     message = explain(status, int(state.failed_round))
     if status != OK and on_failure == "raise":
@@ -167,7 +170,11 @@ def fit_power_law(xs: Any, ys: Any) -> tuple[float, float]:
     xs, ys = np.asarray(xs, float), np.asarray(ys, float)
     if xs.shape != ys.shape or xs.ndim != 1 or xs.size < 2:
         raise ValueError(f"need two 1-D arrays of equal length >= 2, got {xs.shape}, {ys.shape}")
+    if not (np.all(np.isfinite(xs)) and np.all(np.isfinite(ys))):
+        raise ValueError(f"xs and ys must be finite, got {xs} and {ys}")
     if np.any(xs <= 0) or np.any(ys <= 0):
         raise ValueError("a power law needs positive xs and ys")
+    if np.ptp(xs) == 0:
+        raise ValueError("xs must not all be equal")
     slope, intercept = np.polyfit(np.log(xs), np.log(ys), 1)
     return float(slope), float(np.exp(intercept))
