@@ -19,6 +19,11 @@ def _number(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _cell(text) -> str:
+    """A table cell: a literal ``|`` would end the cell, so it is escaped."""
+    return str(text).replace("|", "\\|")
+
+
 def render(results_dir: Path, relative_to: Path | None = None) -> str:
     """Markdown tables of every suite's targets and method-vs-anchor figures, and its plot
     (linked relative to ``relative_to``, the README's directory)."""
@@ -41,7 +46,7 @@ def render(results_dir: Path, relative_to: Path | None = None) -> str:
         for target in payload["targets"]:
             met = {True: "yes", False: "**no**", None: "not evaluated"}[target["met"]]
             lines.append(
-                f"| {target['name']} | {_number(target['value'])} | "
+                f"| {_cell(target['name'])} | {_number(target['value'])} | "
                 f"{target['comparison']} {_number(target['threshold'])} | {met} |"
             )
         lines.append("")
@@ -49,8 +54,9 @@ def render(results_dir: Path, relative_to: Path | None = None) -> str:
         lines.append("|---|---|---|---|---|---|")
         for row in payload["summary"]:
             lines.append(
-                f"| {row['method']} | {row['metric']} | {_number(row['value'])} | "
-                f"{row['anchor']} | {_number(row['anchor_value'])} | {_number(row['ratio'])} |"
+                f"| {_cell(row['method'])} | {_cell(row['metric'])} | "
+                f"{_number(row['value'])} | {_cell(row['anchor'])} | "
+                f"{_number(row['anchor_value'])} | {_number(row['ratio'])} |"
             )
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -24,7 +24,10 @@ def test_unknown_suite_lists_the_valid_ones(capsys):
         cli.main(["bench", "no-such-suite"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown suite(s): no-such-suite" in err and "valid suites: bilevel, zo" in err
+    assert (
+        "unknown suite(s): no-such-suite" in err
+        and "valid suites: bilevel, online_bilevel, zo" in err
+    )
 
 
 def test_unknown_flag_lists_the_valid_ones(capsys):
@@ -64,6 +67,7 @@ def _tiny_suite(out_dir_seen):
                 Target.evaluate("speed-up", 4.0, 3.0, ">="),
                 Target.evaluate("missed", 0.5, 0.25, "<="),
                 Target.evaluate("skipped in quick mode", None, 1.0, ">="),
+                Target.evaluate("|slope + 2| / 2", 0.1, 0.2, "<="),
             ],
             plot,
         )
@@ -134,6 +138,8 @@ def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch):
     assert "stale" not in text
     assert "| speed-up | 4 | >= 3 | yes |" in text
     assert "| missed | 0.5 | <= 0.25 | **no** |" in text
+    # A "|" in a name would split its cell: it is escaped.
+    assert "| \\|slope + 2\\| / 2 | 0.1 | <= 0.2 | yes |" in text
     assert "| method | seconds | 1 | anchor | 4 | 0.25 |" in text
     assert "![tiny benchmark](results/tiny.png)" in text
     readme.write_text("no markers\n")
