@@ -403,16 +403,18 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
             "<=",
             note,
         ),
+        # Quick runs train on digits (a few hundred validation samples) with one step size:
+        # too noisy to compare accuracies, so those two targets wait for the full run.
         Target.evaluate(
             "AOBO final val accuracy - best of OAGD / SOBOW (min over tasks)",
-            task_gap("AOBO"),
+            None if quick else task_gap("AOBO"),
             0.0,
             ">=",
             note,
         ),
         Target.evaluate(
             "WOBO final val accuracy - best of OAGD / SOBOW (min over tasks)",
-            task_gap("WOBO single-loop"),
+            None if quick else task_gap("WOBO single-loop"),
             0.0,
             ">=",
             note,
