@@ -6,9 +6,10 @@ Measured in one run, each method next to its anchor:
    apart, state donated) on hyper-data cleaning with an MLP lower level, over widths, for
    SOBA, MA-SOBA (both Hessian-product modes; the anchor is the leaner), and BROS;
 2. wall time per step at the widest width, interleaved repeats;
-3. validation / test accuracy vs samples at the widest width (MA-SOBA vs the BROS target
-   configuration), and on the three tasks (hyper-data cleaning with a linear model at two
-   corruption rates, data-mixture learning, hyper-representation) for every solver.
+3. validation / test accuracy vs samples and vs wall time (host clock at each record) at
+   the widest width (MA-SOBA vs the BROS target configuration), and on the three tasks
+   (hyper-data cleaning with a linear model at two corruption rates, data-mixture
+   learning, hyper-representation) for every solver.
 
 Targets: BROS step memory <= 0.55x MA-SOBA's on the widest network while its
 final test accuracy is within 1 point of MA-SOBA's at equal samples; BROS time per step
@@ -431,8 +432,9 @@ def _plot(results, widths, wide_name, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     task_rows = results["tasks"]
-    fig, axes = plt.subplots(1, 2 + len(task_rows), figsize=(5 * (2 + len(task_rows)), 4))
-    ax = axes[0]
+    columns = 2 + len(task_rows)
+    fig, axes = plt.subplots(2, columns, figsize=(5 * columns, 8))
+    ax = axes[0, 0]
     names = [n for n in results["memory"][str(widths[0])] if not n.endswith("_bytes")]
     for name in names:
         if name.startswith("MA-SOBA ("):
@@ -442,20 +444,25 @@ def _plot(results, widths, wide_name, path: Path) -> None:
     ax.set(xlabel="lower-level width", ylabel="step memory (MiB)", xscale="log", yscale="log")
     ax.set_title("memory of one step")
     ax.legend(fontsize=7)
-    ax = axes[1]
-    for name, run in results["wide"].items():
-        ax.plot(run["samples"], run["history"]["test_accuracy"], label=name)
-    ax.set(xlabel="samples", ylabel="test accuracy")
-    ax.set_title(f"hyper-cleaning, MLP width {widths[-1]}")
-    ax.legend(fontsize=7)
-    for ax, (task_name, row) in zip(axes[2:], task_rows.items(), strict=True):
-        for name, run in row.items():
-            if name == "info":
-                continue
-            ax.plot(run["samples"], run["history"]["test_accuracy"], label=name)
-        ax.set(xlabel="samples", ylabel="test accuracy")
-        ax.set_title(task_name, fontsize=9)
-        ax.legend(fontsize=6)
+    ax = axes[1, 0]
+    timing = results["timing"]
+    ax.bar(list(timing), [t["median_s"] * 1e3 for t in timing.values()])
+    ax.set(ylabel="ms per step (median)")
+    ax.set_title(f"time per step, width {widths[-1]}")
+    ax.tick_params(axis="x", labelsize=7, rotation=20)
+    panels = [(f"hyper-cleaning, MLP width {widths[-1]}", results["wide"])]
+    panels += [
+        (name, {k: v for k, v in row.items() if k != "info"}) for name, row in task_rows.items()
+    ]
+    for column, (title, runs) in enumerate(panels, start=1):
+        for row, (axis, label) in enumerate((("samples", "samples"), ("seconds", "seconds"))):
+            ax = axes[row, column]
+            for name, run in runs.items():
+                xs = run[axis] if axis == "samples" else run["history"]["seconds"]
+                ax.plot(xs, run["history"]["test_accuracy"], label=name)
+            ax.set(xlabel=label, ylabel="test accuracy")
+            ax.set_title(title, fontsize=9)
+            ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
@@ -26,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.experimental import io_callback
 
 from jaxopt_suite._checks import check_key
 from jaxopt_suite.bilevel import subspace
@@ -584,8 +586,23 @@ def implicit_reference(
 # --- driver -------------------------------------------------------------------------------
 
 
+class _Clock:
+    """Host wall clock for records taken inside a compiled run (compilation excluded)."""
+
+    def __init__(self):
+        self.origin = time.perf_counter()
+
+    def start(self):
+        self.origin = time.perf_counter()
+
+    def elapsed(self, _):
+        return np.float32(time.perf_counter() - self.origin)
+
+
 class RunResult(NamedTuple):
-    """``history`` holds one entry per record: ``step``, the step diagnostics, ``status``,
+    """``history`` holds one entry per record: ``step``, ``seconds`` (wall time since the
+    compiled run started, read on the host when the record is taken), the step diagnostics,
+    ``status``,
     and whatever ``eval_fn`` returns."""
 
     state: BilevelState
@@ -632,8 +649,14 @@ def run(
     state = solver.init(problem, x0, y0, init_key)
     segments, remainder = divmod(int(num_steps), int(eval_every))
 
+    clock = _Clock()
+
     def record(state):
-        out = {"step": state.count, "status": state.status, **state.diagnostics}
+        # The clock reads the host time once the segment's state exists (it is an operand).
+        seconds = io_callback(
+            clock.elapsed, jax.ShapeDtypeStruct((), jnp.float32), state.count, ordered=True
+        )
+        out = {"step": state.count, "seconds": seconds, "status": state.status, **state.diagnostics}
         if eval_fn is not None:
             out.update(eval_fn(state.x, state.y))
         return out
@@ -648,6 +671,7 @@ def run(
 
     @jax.jit
     def go(state, batch_key):
+        io_callback(clock.start, None, ordered=True)
         keys = jax.random.split(batch_key, num_steps)
         main = keys[: segments * eval_every].reshape(segments, eval_every)
 

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxopt_suite import bilevel
@@ -119,3 +120,18 @@ def test_run_records_a_remainder_segment():
     )
     assert [int(s) for s in result.history["step"]] == [10, 20, 25]
     assert result.history["y_norm"].shape == (3,)
+    # Wall time per record: measured on the host after each segment, so it increases.
+    seconds = np.asarray(result.history["seconds"])
+    assert seconds.shape == (3,) and seconds[0] >= 0.0
+    assert np.all(np.diff(seconds) > 0.0)
+
+
+def test_record_times_follow_the_work_done():
+    # Records after 2000 cheap steps vs after 10: the clock must see the segments' work,
+    # not fire when the compiled program starts (a callback without a data dependence).
+    q = Quadratic(noise=0.01)
+    solver = bilevel.soba(inner_lr=0.1, outer=0.05)
+    result = bilevel.run(q.problem, solver, q.x0, q.y0, jax.random.key(0), 4010, eval_every=2000)
+    seconds = np.asarray(result.history["seconds"])
+    long_segment, short_segment = seconds[1] - seconds[0], seconds[2] - seconds[1]
+    assert long_segment > 5 * short_segment
