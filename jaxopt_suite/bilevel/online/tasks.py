@@ -36,7 +36,7 @@ class OnlineTask(NamedTuple):
 
 
 def _linear(y, inputs):
-    return inputs @ y["w"] + y["b"]
+    return inputs @ y["w"] + y["b"][None, :]
 
 
 def _linear_init(num_features, num_classes):
@@ -190,8 +190,15 @@ def online_loss_tuning(
     labels = jnp.asarray(noisy[order])
     offsets, counts = jnp.asarray(offsets), jnp.asarray(counts)
     x_val, y_val = jnp.asarray(split.x_val), jnp.asarray(split.y_val)
-    val_by_class = [np.flatnonzero(split.y_val == c) for c in range(k)]
-    per_class = max(1, batch_size // k)
+    val_order = np.argsort(split.y_val, kind="stable")
+    val_counts = np.bincount(split.y_val, minlength=k)
+    if np.any(val_counts == 0):
+        raise ValueError("every class needs at least one validation example")
+    val_offsets = jnp.asarray(np.concatenate([[0], np.cumsum(val_counts)[:-1]]))
+    val_counts = jnp.asarray(val_counts)
+    x_val, y_val = x_val[val_order], y_val[val_order]
+    # A class-balanced validation batch: the same number of examples from every class.
+    val_classes = jnp.repeat(jnp.arange(k), max(1, batch_size // k))
     key = jax.random.key(seed)
     classes = jnp.arange(k)
 
@@ -204,12 +211,9 @@ def online_loss_tuning(
         cls = jax.random.categorical(k_cls, logits, shape=(batch_size,))
         u = jax.random.uniform(k_member, (batch_size,))
         idx = offsets[cls] + jnp.floor(u * counts[cls]).astype(jnp.int32)
-        val_keys = jax.random.split(k_val, k)
-        val = jnp.concatenate(
-            [
-                jnp.asarray(members)[jax.random.randint(vk, (per_class,), 0, len(members))]
-                for vk, members in zip(val_keys, val_by_class, strict=True)
-            ]
+        u_val = jax.random.uniform(k_val, val_classes.shape)
+        val = val_offsets[val_classes] + jnp.floor(u_val * val_counts[val_classes]).astype(
+            jnp.int32
         )
         return (inputs[idx], labels[idx]), (x_val[val], y_val[val])
 
