@@ -1,0 +1,413 @@
+"""Reading and writing MPS files (free and fixed format), on the host.
+
+Sections: ``NAME``, ``OBJSENSE`` (``MIN``/``MAX``, on the same or the next line),
+``ROWS`` (``N``, ``E``, ``L``, ``G``), ``COLUMNS`` (with ``MARKER`` ``INTORG``/``INTEND``
+integer blocks), ``RHS`` (on the objective row: minus the objective constant), ``RANGES``,
+``BOUNDS`` (``UP LO FX FR MI PL BV LI UI``), ``ENDATA``. Semantics follow the common
+convention (e.g. HiGHS, CPLEX): a range ``R`` on an ``E`` row gives ``[rhs, rhs + R]`` for
+``R > 0`` and ``[rhs + R, rhs]`` for ``R < 0``; on ``L`` rows ``[rhs - |R|, rhs]``; on ``G``
+rows ``[rhs, rhs + |R|]``; an ``UP`` bound below zero on a column whose lower bound is
+still the default 0 makes the lower bound ``-inf`` (with a warning). Only the first ``N``
+row is the objective; later ones are dropped.
+
+Malformed input raises :class:`MPSError` with the line number.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+
+from jaxopt_suite.lp.problem import LP
+
+_SECTIONS = ("NAME", "OBJSENSE", "ROWS", "COLUMNS", "RHS", "RANGES", "BOUNDS", "ENDATA")
+_BOUND_TYPES = ("UP", "LO", "FX", "FR", "MI", "PL", "BV", "LI", "UI")
+
+
+class MPSError(ValueError):
+    """A malformed MPS file; the message names the file and line."""
+
+
+def read_mps(path: str | Path, *, format: Literal["auto", "free", "fixed"] = "auto") -> LP:
+    """Reads an MPS file into an :class:`~jaxopt_suite.lp.LP` (minimisation; a ``MAX``
+    objective is negated and ``objective_sign`` set to ``-1``).
+
+    ``format="auto"`` reads free MPS and falls back to fixed columns when the free reading
+    fails (names with spaces exist only in fixed MPS).
+    """
+    if format not in ("auto", "free", "fixed"):
+        raise ValueError(f"format must be 'auto', 'free' or 'fixed', got {format!r}")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no MPS file at {path}")
+    lines = path.read_text().splitlines()
+    if format != "auto":
+        return _Reader(path, lines, fixed=format == "fixed").read()
+    try:
+        return _Reader(path, lines, fixed=False).read()
+    except MPSError as free_error:
+        try:
+            return _Reader(path, lines, fixed=True).read()
+        except MPSError:
+            raise free_error from None
+
+
+def _fixed_fields(line: str) -> list[str]:
+    """Fields 1-6 of fixed MPS: columns 2-3, 5-12, 15-22, 25-36, 40-47, 50-61."""
+    spans = ((1, 3), (4, 12), (14, 22), (24, 36), (39, 47), (49, 61))
+    fields = [line[a:b].strip() for a, b in spans]
+    while fields and not fields[-1]:
+        fields.pop()
+    return fields
+
+
+class _Reader:
+    def __init__(self, path: Path, lines: list[str], fixed: bool):
+        self.path, self.lines, self.fixed = path, lines, fixed
+        self.name = ""
+        self.sense = 1
+        self.objective: str | None = None
+        self.row_index: dict[str, int] = {}
+        self.row_types: list[str] = []
+        self.dropped_n: set[str] = set()
+        self.col_index: dict[str, int] = {}
+        self.entries: list[tuple[int, int, float]] = []
+        self.cost: dict[int, float] = {}
+        self.integer: list[bool] = []
+        self.rhs: dict[int, float] = {}
+        self.ranges: dict[int, float] = {}
+        self.offset = 0.0
+        self.lower: dict[int, float] = {}
+        self.upper: dict[int, float] = {}
+        self.lower_set: set[int] = set()
+
+    def fail(self, number: int, message: str) -> MPSError:
+        return MPSError(f"{self.path}:{number}: {message}")
+
+    def number(self, number: int, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise self.fail(number, f"expected a number, got {text!r}") from None
+        if math.isnan(value):
+            raise self.fail(number, "NaN is not a valid coefficient")
+        return value
+
+    def read(self) -> LP:
+        section = None
+        in_integer = False
+        ended = False
+        for number, raw in enumerate(self.lines, start=1):
+            line = raw.rstrip()
+            if not line.strip() or line.lstrip().startswith("*"):
+                continue
+            if not raw[0].isspace():
+                words = line.split()
+                head = words[0].upper()
+                if head not in _SECTIONS:
+                    raise self.fail(number, f"unknown section {words[0]!r}")
+                section = head
+                if head == "NAME":
+                    self.name = line[4:].strip() if self.fixed else " ".join(words[1:])
+                elif head == "OBJSENSE" and len(words) > 1:
+                    self.set_sense(number, words[1])
+                elif head == "ENDATA":
+                    ended = True
+                    break
+                elif len(words) > 1 and head not in ("RHS", "RANGES", "BOUNDS"):
+                    raise self.fail(
+                        number, f"unexpected text after {head}: {' '.join(words[1:])!r}"
+                    )
+                continue
+            fields = _fixed_fields(raw) if self.fixed else line.split()
+            if self.fixed and section in ("COLUMNS", "RHS", "RANGES"):
+                if fields and fields[0]:
+                    raise self.fail(number, f"field 1 (columns 2-3) must be empty in {section}")
+                fields = fields[1:]
+            if section is None:
+                raise self.fail(number, "data before any section header")
+            if section == "OBJSENSE":
+                self.set_sense(number, fields[0])
+            elif section == "ROWS":
+                self.read_row(number, fields)
+            elif section == "COLUMNS":
+                in_integer = self.read_column(number, fields, in_integer)
+            elif section in ("RHS", "RANGES"):
+                self.read_values(number, fields, section)
+            elif section == "BOUNDS":
+                self.read_bound(number, fields)
+            else:
+                raise self.fail(number, f"unexpected data in section {section}")
+        if not ended:
+            raise self.fail(len(self.lines), "missing ENDATA")
+        if self.objective is None:
+            raise self.fail(1, "no objective (N) row in ROWS")
+        return self.build()
+
+    def set_sense(self, number: int, word: str) -> None:
+        word = word.upper()
+        if word in ("MIN", "MINIMIZE", "MINIMISE"):
+            self.sense = 1
+        elif word in ("MAX", "MAXIMIZE", "MAXIMISE"):
+            self.sense = -1
+        else:
+            raise self.fail(number, f"OBJSENSE must be MIN or MAX, got {word!r}")
+
+    def read_row(self, number: int, fields: list[str]) -> None:
+        if len(fields) != 2:
+            raise self.fail(number, f"a ROWS line has a type and a name, got {fields}")
+        kind, name = fields[0].upper(), fields[1]
+        if kind not in ("N", "E", "L", "G"):
+            raise self.fail(number, f"unknown row type {fields[0]!r} for row {name!r}")
+        if name in self.row_index or name == self.objective or name in self.dropped_n:
+            raise self.fail(number, f"duplicate row {name!r}")
+        if kind == "N":
+            if self.objective is None:
+                self.objective = name
+            else:
+                self.dropped_n.add(name)
+            return
+        self.row_index[name] = len(self.row_types)
+        self.row_types.append(kind)
+
+    def column(self, number: int, name: str) -> int:
+        if name not in self.col_index:
+            self.col_index[name] = len(self.col_index)
+            self.integer.append(False)
+        return self.col_index[name]
+
+    def read_column(self, number: int, fields: list[str], in_integer: bool) -> bool:
+        if len(fields) >= 3 and fields[1].strip("'\"").upper() == "MARKER":
+            marker = [f for f in fields[2:] if f][-1].strip("'\"").upper()
+            if marker == "INTORG":
+                return True
+            if marker == "INTEND":
+                return False
+            raise self.fail(number, f"unknown MARKER {fields[2]!r}")
+        if len(fields) not in (3, 5):
+            raise self.fail(
+                number, f"a COLUMNS line has a column and 1 or 2 (row, value) pairs, got {fields}"
+            )
+        j = self.column(number, fields[0])
+        if in_integer:
+            self.integer[j] = True
+        for row, text in zip(fields[1::2], fields[2::2], strict=True):
+            value = self.number(number, text)
+            if row == self.objective:
+                self.cost[j] = self.cost.get(j, 0.0) + value
+            elif row in self.dropped_n:
+                continue
+            elif row in self.row_index:
+                self.entries.append((self.row_index[row], j, value))
+            else:
+                raise self.fail(number, f"column {fields[0]!r} refers to unknown row {row!r}")
+        return in_integer
+
+    def read_values(self, number: int, fields: list[str], section: str) -> None:
+        # The set name (first field) is optional in free MPS: pairs decide.
+        if len(fields) in (3, 5):
+            pairs = fields[1:]
+        elif len(fields) in (2, 4):
+            pairs = fields
+        else:
+            raise self.fail(number, f"a {section} line has (row, value) pairs, got {fields}")
+        for row, text in zip(pairs[0::2], pairs[1::2], strict=True):
+            value = self.number(number, text)
+            if section == "RHS" and row == self.objective:
+                self.offset = -value
+            elif row in self.dropped_n:
+                continue
+            elif row in self.row_index:
+                target = self.rhs if section == "RHS" else self.ranges
+                target[self.row_index[row]] = value
+            else:
+                raise self.fail(number, f"{section} refers to unknown row {row!r}")
+
+    def read_bound(self, number: int, fields: list[str]) -> None:
+        if not fields:
+            return
+        kind = fields[0].upper()
+        if kind not in _BOUND_TYPES:
+            raise self.fail(number, f"unknown bound type {fields[0]!r}")
+        needs_value = kind not in ("FR", "MI", "PL", "BV")
+        # [type, set?, column, value?]: the set name is optional in free MPS.
+        rest = fields[1:]
+        if needs_value:
+            if len(rest) == 3:
+                rest = rest[1:]
+            if len(rest) != 2:
+                raise self.fail(number, f"a {kind} bound needs a column and a value, got {fields}")
+            name, value = rest[0], self.number(number, rest[1])
+        else:
+            if len(rest) == 2 and kind != "BV":
+                rest = rest[1:]
+            elif len(rest) >= 2 and kind == "BV":
+                rest = rest[1:2]
+            if len(rest) != 1:
+                raise self.fail(number, f"a {kind} bound needs a column, got {fields}")
+            name, value = rest[0], None
+        if name not in self.col_index:
+            raise self.fail(number, f"bound on unknown column {name!r}")
+        j = self.col_index[name]
+        if kind == "UP" or kind == "UI":
+            self.upper[j] = value
+            if value < 0 and j not in self.lower_set and self.lower.get(j, 0.0) == 0.0:
+                warnings.warn(
+                    f"{self.path}:{number}: UP bound {value} < 0 on column {name!r} with the "
+                    "default lower bound 0: lower bound set to -inf",
+                    stacklevel=3,
+                )
+                self.lower[j] = -np.inf
+        elif kind in ("LO", "LI"):
+            self.lower[j] = value
+            self.lower_set.add(j)
+        elif kind == "FX":
+            self.lower[j] = self.upper[j] = value
+            self.lower_set.add(j)
+        elif kind == "FR":
+            self.lower[j], self.upper[j] = -np.inf, np.inf
+            self.lower_set.add(j)
+        elif kind == "MI":
+            self.lower[j] = -np.inf
+            self.lower_set.add(j)
+        elif kind == "PL":
+            self.upper[j] = np.inf
+        if kind in ("BV", "LI", "UI"):
+            self.integer[j] = True
+        if kind == "BV":
+            self.lower[j], self.upper[j] = 0.0, 1.0
+            self.lower_set.add(j)
+
+    def build(self) -> LP:
+        m, n = len(self.row_types), len(self.col_index)
+        rows = np.array([e[0] for e in self.entries], np.int64)
+        cols = np.array([e[1] for e in self.entries], np.int64)
+        vals = np.array([e[2] for e in self.entries], np.float64)
+        A = sp.csr_array(sp.coo_array((vals, (rows, cols)), shape=(m, n)))
+        c = np.zeros(n)
+        for j, value in self.cost.items():
+            c[j] = value
+        row_lower, row_upper = np.empty(m), np.empty(m)
+        for i, kind in enumerate(self.row_types):
+            rhs = self.rhs.get(i, 0.0)
+            r = self.ranges.get(i)
+            if kind == "E":
+                lo = hi = rhs
+                if r is not None:
+                    lo, hi = (rhs, rhs + r) if r >= 0 else (rhs + r, rhs)
+            elif kind == "L":
+                lo, hi = (-np.inf if r is None else rhs - abs(r)), rhs
+            else:
+                lo, hi = rhs, (np.inf if r is None else rhs + abs(r))
+            row_lower[i], row_upper[i] = lo, hi
+        var_lower, var_upper = np.zeros(n), np.full(n, np.inf)
+        for j, value in self.lower.items():
+            var_lower[j] = value
+        for j, value in self.upper.items():
+            var_upper[j] = value
+        names = [None] * n
+        for name, j in self.col_index.items():
+            names[j] = name
+        row_names = [None] * m
+        for name, i in self.row_index.items():
+            row_names[i] = name
+        return LP(
+            c * self.sense,
+            A,
+            row_lower,
+            row_upper,
+            var_lower,
+            var_upper,
+            objective_offset=self.offset * self.sense,
+            objective_sign=self.sense,
+            name=self.name,
+            row_names=row_names,
+            col_names=names,
+            integer=np.array(self.integer, bool),
+        )
+
+
+def _num(value) -> str:
+    """Shortest text that reads back to the same float64."""
+    return repr(float(value))
+
+
+def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
+    """Writes ``lp`` as free MPS (two-sided rows as ``E`` rows with ``RANGES``, integer
+    columns in ``MARKER`` blocks). The minimisation form is written (``OBJSENSE`` ``MIN``).
+    Names default to ``R<i>`` / ``C<j>``; names with spaces cannot be written. A free row
+    (both sides infinite) constrains nothing and is written as an extra ``N`` row, which
+    :func:`read_mps` drops."""
+    m, n = lp.num_rows, lp.num_cols
+    row_names = list(lp.row_names) if lp.row_names is not None else [f"R{i}" for i in range(m)]
+    col_names = list(lp.col_names) if lp.col_names is not None else [f"C{j}" for j in range(n)]
+    for name in [*row_names, *col_names, objective_name]:
+        if not name or any(ch.isspace() for ch in name):
+            raise ValueError(f"free MPS names cannot be empty or contain spaces: {name!r}")
+    if objective_name in row_names:
+        raise ValueError(f"objective_name {objective_name!r} is also a row name")
+    out = [f"NAME {lp.name or 'LP'}", "OBJSENSE", "    MIN", "ROWS", f" N {objective_name}"]
+    kinds, rhs, ranges = [], {}, {}
+    for i in range(m):
+        lo, hi = lp.row_lower[i], lp.row_upper[i]
+        if lo == hi:
+            kinds.append("E")
+            rhs[i] = lo
+        elif np.isfinite(lo) and np.isfinite(hi):
+            kinds.append("E")
+            rhs[i], ranges[i] = lo, hi - lo
+        elif np.isfinite(hi):
+            kinds.append("L")
+            rhs[i] = hi
+        elif np.isfinite(lo):
+            kinds.append("G")
+            rhs[i] = lo
+        else:
+            kinds.append("N")  # a free row carries no constraint
+        out.append(f" {kinds[-1]} {row_names[i]}")
+    out.append("COLUMNS")
+    csc = lp.A.tocsc()
+    in_integer = False
+    for j in range(n):
+        if lp.integer[j] != in_integer:
+            marker = "INTORG" if lp.integer[j] else "INTEND"
+            out.append(f"    MARKER 'MARKER' '{marker}'")
+            in_integer = bool(lp.integer[j])
+        out.append(f"    {col_names[j]} {objective_name} {_num(lp.c[j])}")
+        start, stop = csc.indptr[j], csc.indptr[j + 1]
+        for i, value in zip(csc.indices[start:stop], csc.data[start:stop], strict=True):
+            out.append(f"    {col_names[j]} {row_names[i]} {_num(value)}")
+    if in_integer:
+        out.append("    MARKER 'MARKER' 'INTEND'")
+    out.append("RHS")
+    if lp.objective_offset:
+        out.append(f"    RHS {objective_name} {_num(-lp.objective_offset)}")
+    for i, value in rhs.items():
+        if value:
+            out.append(f"    RHS {row_names[i]} {_num(value)}")
+    if ranges:
+        out.append("RANGES")
+        for i, value in ranges.items():
+            out.append(f"    RNG {row_names[i]} {_num(value)}")
+    out.append("BOUNDS")
+    for j in range(n):
+        lo, hi, name = lp.var_lower[j], lp.var_upper[j], col_names[j]
+        if lo == hi:
+            out.append(f" FX BND {name} {_num(lo)}")
+            continue
+        if lo == -np.inf and hi == np.inf:
+            out.append(f" FR BND {name}")
+            continue
+        if lo == -np.inf:
+            out.append(f" MI BND {name}")
+        elif lo != 0.0:
+            out.append(f" LO BND {name} {_num(lo)}")
+        if hi != np.inf:
+            out.append(f" UP BND {name} {_num(hi)}")
+    out.append("ENDATA")
+    Path(path).write_text("\n".join(out) + "\n")

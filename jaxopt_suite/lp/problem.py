@@ -1,0 +1,175 @@
+"""The linear program every solver in :mod:`jaxopt_suite.lp` takes.
+
+.. math::
+  \\min_x\\; c^\\top x + \\text{offset} \\quad \\text{s.t.} \\quad
+  \\ell_c \\le A x \\le u_c, \\qquad \\ell_v \\le x \\le u_v,
+
+with two-sided rows (equality rows have ``row_lower == row_upper``, one-sided rows an
+infinite side) and infinite variable bounds allowed: the bound form of cuPDLPx, with no
+slack variables. The data live on the host (numpy, ``A`` as a scipy CSR matrix); solvers
+move what they need to the device once per matrix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LP:
+    """A linear program in bound form (see the module docstring).
+
+    Attributes:
+      c: objective, shape ``(n,)``.
+      A: constraint matrix ``(m, n)``: a dense array (numpy or jax) or any scipy sparse
+        matrix; stored as ``scipy.sparse.csr_array`` with float64 entries.
+      row_lower, row_upper: ``(m,)``; ``-inf`` / ``+inf`` for an open side.
+      var_lower, var_upper: ``(n,)``; ``-inf`` / ``+inf`` for an open side.
+      objective_offset: constant added to ``c^T x``.
+      objective_sign: ``+1``, or ``-1`` when the problem was a maximisation turned into this
+        minimisation (:func:`~jaxopt_suite.lp.read_mps` with ``OBJSENSE MAX``): the
+        original objective is ``objective_sign * (c^T x + offset)``.
+      name, row_names, col_names: labels used in messages and by ``write_mps``.
+      integer: ``(n,)`` bool mask of columns marked integer in an MPS file (the LP solvers
+        ignore it; the branch-and-bound reads it).
+
+    Construction checks shapes, NaNs and bounds and raises naming the row or column.
+    """
+
+    c: Any
+    A: Any
+    row_lower: Any
+    row_upper: Any
+    var_lower: Any
+    var_upper: Any
+    objective_offset: float = 0.0
+    objective_sign: int = 1
+    name: str = ""
+    row_names: Sequence[str] | None = None
+    col_names: Sequence[str] | None = None
+    integer: Any = None
+
+    def __post_init__(self):
+        c = _vector("c", self.c)
+        n = c.shape[0]
+        A = _matrix(self.A)
+        m = A.shape[0]
+        if A.shape[1] != n:
+            raise ValueError(f"A has {A.shape[1]} columns but c has {n} entries")
+        set_ = _setter(self)
+        set_("c", c)
+        set_("A", A)
+        if self.col_names is not None:
+            set_("col_names", tuple(str(s) for s in self.col_names))
+            if len(self.col_names) != n:
+                raise ValueError(f"col_names has {len(self.col_names)} names for {n} columns")
+        if self.row_names is not None:
+            set_("row_names", tuple(str(s) for s in self.row_names))
+            if len(self.row_names) != m:
+                raise ValueError(f"row_names has {len(self.row_names)} names for {m} rows")
+        for kind, size, names in (("row", m, self.row_names), ("var", n, self.col_names)):
+            lower = _vector(f"{kind}_lower", getattr(self, f"{kind}_lower"), size)
+            upper = _vector(f"{kind}_upper", getattr(self, f"{kind}_upper"), size)
+            bad = np.flatnonzero(lower > upper)
+            if bad.size:
+                i = int(bad[0])
+                label = _label("row" if kind == "row" else "column", i, names)
+                raise ValueError(
+                    f"{kind}_lower > {kind}_upper for {label}: {lower[i]} > {upper[i]}"
+                    + (f" ({bad.size} such entries)" if bad.size > 1 else "")
+                )
+            for side, values, forbidden in (("lower", lower, np.inf), ("upper", upper, -np.inf)):
+                wrong = np.flatnonzero(values == forbidden)
+                if wrong.size:
+                    label = _label("row" if kind == "row" else "column", int(wrong[0]), names)
+                    raise ValueError(f"{kind}_{side} of {label} is {forbidden}: infeasible bound")
+            set_(f"{kind}_lower", lower)
+            set_(f"{kind}_upper", upper)
+        if not np.all(np.isfinite(c)):
+            i = int(np.flatnonzero(~np.isfinite(c))[0])
+            raise ValueError(
+                f"c must be finite; entry of {_label('column', i, self.col_names)} is {c[i]}"
+            )
+        if not np.all(np.isfinite(A.data)):
+            coo = A.tocoo()
+            k = int(np.flatnonzero(~np.isfinite(coo.data))[0])
+            raise ValueError(
+                f"A must be finite; entry ({_label('row', int(coo.row[k]), self.row_names)}, "
+                f"{_label('column', int(coo.col[k]), self.col_names)}) is {coo.data[k]}"
+            )
+        if not np.isfinite(float(self.objective_offset)):
+            raise ValueError(f"objective_offset must be finite, got {self.objective_offset}")
+        set_("objective_offset", float(self.objective_offset))
+        if self.objective_sign not in (1, -1):
+            raise ValueError(f"objective_sign must be 1 or -1, got {self.objective_sign!r}")
+        if self.integer is None:
+            set_("integer", np.zeros(n, bool))
+        else:
+            integer = np.asarray(self.integer, bool)
+            if integer.shape != (n,):
+                raise ValueError(f"integer must have shape ({n},), got {integer.shape}")
+            set_("integer", integer)
+
+    @property
+    def num_rows(self) -> int:
+        return self.A.shape[0]
+
+    @property
+    def num_cols(self) -> int:
+        return self.A.shape[1]
+
+    def objective(self, x: Any) -> float:
+        """``c^T x + offset`` in this (minimisation) form."""
+        return float(self.c @ np.asarray(x, np.float64) + self.objective_offset)
+
+    def row_label(self, i: int) -> str:
+        return _label("row", i, self.row_names)
+
+    def col_label(self, j: int) -> str:
+        return _label("column", j, self.col_names)
+
+
+def _setter(obj):
+    """Field assignment in ``__post_init__`` of a frozen dataclass (normalised values)."""
+
+    def set_(name, value):
+        object.__setattr__(obj, name, value)
+
+    return set_
+
+
+def _label(kind: str, index: int, names: Sequence[str] | None) -> str:
+    if names is not None:
+        return f"{kind} {names[index]!r} (index {index})"
+    return f"{kind} {index}"
+
+
+def _vector(name: str, value: Any, size: int | None = None) -> np.ndarray:
+    array = np.asarray(value, np.float64)
+    if array.ndim == 0 and size is not None:
+        array = np.full(size, float(array))
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be a vector, got shape {array.shape}")
+    if size is not None and array.shape[0] != size:
+        raise ValueError(f"{name} has {array.shape[0]} entries, expected {size}")
+    if np.any(np.isnan(array)):
+        raise ValueError(f"{name} contains NaN at index {int(np.flatnonzero(np.isnan(array))[0])}")
+    return array
+
+
+def _matrix(value: Any) -> sp.csr_array:
+    if sp.issparse(value):
+        matrix = sp.csr_array(value, dtype=np.float64)
+    else:
+        dense = np.asarray(value, np.float64)
+        if dense.ndim != 2:
+            raise ValueError(f"A must be a matrix, got shape {dense.shape}")
+        matrix = sp.csr_array(dense)
+    matrix.sum_duplicates()
+    matrix.eliminate_zeros()
+    return matrix

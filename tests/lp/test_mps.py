@@ -1,0 +1,181 @@
+"""The LP type's checks and MPS reading / writing."""
+
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from jaxopt_suite.lp import LP, MPSError, read_mps, write_mps
+
+
+def _random_lp(seed, m=6, n=5):
+    rng = np.random.default_rng(seed)
+    A = sp.random(m, n, density=0.5, random_state=seed, format="csr")
+    A.data = np.round(rng.normal(size=A.data.shape), 3)
+    kinds = rng.integers(0, 4, m)  # equality, <=, >=, two-sided
+    base = np.round(rng.normal(size=m), 3)
+    row_lower = np.where(kinds == 1, -np.inf, base)
+    row_upper = np.where(kinds == 2, np.inf, np.where(kinds == 3, base + 1.5, base))
+    var_lower = np.array([0.0, -np.inf, -2.0, 1.0, -np.inf])[:n]
+    var_upper = np.array([np.inf, np.inf, 3.0, 1.0, -0.5])[:n]
+    return LP(
+        np.round(rng.normal(size=n), 3),
+        A,
+        row_lower,
+        row_upper,
+        var_lower,
+        var_upper,
+        objective_offset=1.25,
+        integer=np.array([False, True, True, False, False])[:n],
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_round_trip(tmp_path, seed):
+    lp = _random_lp(seed)
+    path = tmp_path / "lp.mps"
+    write_mps(lp, path)
+    back = read_mps(path)
+    np.testing.assert_array_equal(back.c, lp.c)
+    np.testing.assert_array_equal(back.A.toarray(), lp.A.toarray())
+    for field in ("row_lower", "row_upper", "var_lower", "var_upper", "integer"):
+        np.testing.assert_array_equal(getattr(back, field), getattr(lp, field), err_msg=field)
+    assert back.objective_offset == lp.objective_offset and back.objective_sign == 1
+
+
+def _card(f1="", f2="", f3="", f4="", f5="", f6=""):
+    """A fixed-MPS data line: fields at columns 2-3, 5-12, 15-22, 25-36, 40-47, 50-61."""
+    return f" {f1:<2} {f2:<8}  {f3:<8}  {f4:>12}   {f5:<8}  {f6:>12}".rstrip()
+
+
+FIXED = "\n".join(
+    [
+        "NAME          TESTLP",
+        "ROWS",
+        _card("N", "COST"),
+        _card("L", "LIM 1"),
+        _card("G", "LIM 2"),
+        _card("E", "MYEQN"),
+        "COLUMNS",
+        _card("", "X ONE", "COST", "1.0", "LIM 1", "1.0"),
+        _card("", "X ONE", "LIM 2", "1.0"),
+        _card("", "Y TWO", "COST", "2.0", "LIM 1", "1.0"),
+        _card("", "Y TWO", "MYEQN", "-1.0"),
+        _card("", "ZTHREE", "COST", "-1.0", "MYEQN", "1.0"),
+        "RHS",
+        _card("", "RHS", "COST", "-3.5"),
+        _card("", "RHS", "LIM 1", "4.0", "LIM 2", "1.0"),
+        _card("", "RHS", "MYEQN", "7.0"),
+        "RANGES",
+        _card("", "RNG", "LIM 1", "2.5", "MYEQN", "-2.0"),
+        "BOUNDS",
+        _card("UP", "BND", "X ONE", "4.0"),
+        _card("MI", "BND", "Y TWO"),
+        _card("UP", "BND", "Y TWO", "1.0"),
+        _card("FX", "BND", "ZTHREE", "2.5"),
+        "ENDATA",
+    ]
+)
+
+
+def test_fixed_format_with_spaces_in_names(tmp_path):
+    path = tmp_path / "fixed.mps"
+    path.write_text(FIXED)
+    lp = read_mps(path)  # auto: the free reading fails on the spaced names
+    assert lp.name == "TESTLP"
+    assert lp.col_names == ("X ONE", "Y TWO", "ZTHREE")
+    assert lp.row_names == ("LIM 1", "LIM 2", "MYEQN")
+    np.testing.assert_array_equal(lp.c, [1.0, 2.0, -1.0])
+    np.testing.assert_array_equal(lp.A.toarray(), [[1, 1, 0], [1, 0, 0], [0, -1, 1]])
+    # L row with range 2.5: [4 - 2.5, 4]; G row: [1, inf); E row with range -2: [5, 7].
+    np.testing.assert_array_equal(lp.row_lower, [1.5, 1.0, 5.0])
+    np.testing.assert_array_equal(lp.row_upper, [4.0, np.inf, 7.0])
+    np.testing.assert_array_equal(lp.var_lower, [0.0, -np.inf, 2.5])
+    np.testing.assert_array_equal(lp.var_upper, [4.0, 1.0, 2.5])
+    assert lp.objective_offset == 3.5  # RHS on the objective row is minus the constant
+    with pytest.raises(MPSError, match=r"fixed.mps:\d+"):
+        read_mps(path, format="free")
+
+
+def test_free_format_objsense_max_markers_and_bound_types(tmp_path):
+    path = tmp_path / "free.mps"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            NAME demo
+            OBJSENSE
+                MAX
+            ROWS
+             N obj
+             G r1
+             N other
+            COLUMNS
+                MARKER 'MARKER' 'INTORG'
+                a obj 3 r1 1
+                MARKER 'MARKER' 'INTEND'
+                b obj 2 r1 1
+                b other 9
+                c obj 1 r1 1
+            RHS
+                rhs r1 2
+            BOUNDS
+             BV BND a
+             UP BND b -1
+             PL BND c
+             LI BND c 1
+            ENDATA
+            """
+        )
+    )
+    with pytest.warns(UserWarning, match="lower bound set to -inf"):
+        lp = read_mps(path)
+    assert lp.objective_sign == -1
+    np.testing.assert_array_equal(lp.c, [-3.0, -2.0, -1.0])  # maximisation negated
+    assert lp.num_rows == 1  # the second N row is dropped, with its entries
+    np.testing.assert_array_equal(lp.integer, [True, False, True])
+    np.testing.assert_array_equal(lp.var_lower, [0.0, -np.inf, 1.0])
+    np.testing.assert_array_equal(lp.var_upper, [1.0, -1.0, np.inf])
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "match"),
+    [
+        ("NAME x\nROWZ\nENDATA\n", 2, "unknown section 'ROWZ'"),
+        ("NAME x\nROWS\n N obj\n Q r\nENDATA\n", 4, "unknown row type 'Q'"),
+        ("NAME x\nROWS\n N obj\nCOLUMNS\n a nope 1\nENDATA\n", 5, "unknown row 'nope'"),
+        ("NAME x\nROWS\n N obj\n L r\nCOLUMNS\n a r one\nENDATA\n", 6, "expected a number"),
+        ("NAME x\nROWS\n N obj\n L r\n L r\nENDATA\n", 5, "duplicate row 'r'"),
+        ("NAME x\nROWS\n N obj\nCOLUMNS\n a obj 1\nBOUNDS\n XX BND a 1\nENDATA\n", 7, "bound type"),
+        ("NAME x\nROWS\n N obj\nCOLUMNS\n a obj 1\nBOUNDS\n UP BND b 1\nENDATA\n", 7, "column 'b'"),
+        ("NAME x\nROWS\n N obj\n", 3, "missing ENDATA"),
+        ("NAME x\nROWS\n L r\nENDATA\n", 1, "no objective"),
+    ],
+)
+def test_malformed_files_name_the_line(tmp_path, text, line, match):
+    path = tmp_path / "bad.mps"
+    path.write_text(text)
+    with pytest.raises(MPSError, match=rf"bad.mps:{line}: .*{match}"):
+        read_mps(path, format="free")
+
+
+def test_lp_checks_name_the_row_or_column():
+    A = np.eye(2)
+    ok = dict(c=np.ones(2), A=A, row_lower=np.zeros(2), row_upper=np.ones(2))
+    bounds = dict(var_lower=np.zeros(2), var_upper=np.ones(2))
+    with pytest.raises(ValueError, match="A has 2 columns but c has 3"):
+        LP(np.ones(3), A, np.zeros(2), np.ones(2), np.zeros(3), np.ones(3))
+    with pytest.raises(ValueError, match="row_lower has 3 entries, expected 2"):
+        LP(**{**ok, "row_lower": np.zeros(3)}, **bounds)
+    with pytest.raises(ValueError, match=r"var_lower > var_upper for column 'y' \(index 1\)"):
+        LP(**ok, var_lower=[0, 2], var_upper=[1, 1], col_names=["x", "y"])
+    with pytest.raises(ValueError, match="row_lower > row_upper for row 0"):
+        LP(**{**ok, "row_lower": [2, 0]}, **bounds)
+    with pytest.raises(ValueError, match="c contains NaN at index 1"):
+        LP(**{**ok, "c": [1.0, np.nan]}, **bounds)
+    with pytest.raises(ValueError, match=r"A must be finite; entry \(row 1, column 0\)"):
+        LP(**{**ok, "A": np.array([[1.0, 0.0], [np.inf, 1.0]])}, **bounds)
+    with pytest.raises(ValueError, match="var_lower of column 0 is inf"):
+        LP(**ok, var_lower=[np.inf, 0], var_upper=[np.inf, 1])
+    lp = LP(**ok, **bounds)  # dense input is stored as CSR
+    assert sp.issparse(lp.A) and lp.A.nnz == 2
