@@ -1,6 +1,21 @@
-"""Linear programming in bound form: the :class:`LP` type and MPS input/output."""
+"""Linear programming in bound form: the :class:`LP` type, MPS input/output,
+preconditioning, and ``solve_lp`` (restarted Halpern PDHG) with a safe dual bound."""
 
 from jaxopt_suite.lp.mps import MPSError, read_mps, write_mps
+from jaxopt_suite.lp.pdlp import LPOptions, LPSolution, Status, dual_bound, solve_lp
+from jaxopt_suite.lp.precondition import Scaling, precondition
 from jaxopt_suite.lp.problem import LP
 
-__all__ = ["LP", "MPSError", "read_mps", "write_mps"]
+__all__ = [
+    "LP",
+    "LPOptions",
+    "LPSolution",
+    "MPSError",
+    "Scaling",
+    "Status",
+    "dual_bound",
+    "precondition",
+    "read_mps",
+    "solve_lp",
+    "write_mps",
+]

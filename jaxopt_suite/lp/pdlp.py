@@ -1,0 +1,455 @@
+"""``solve_lp``: restarted Halpern PDHG (PDLP / cuPDLPx style) for an :class:`LP`.
+
+The scaled problem (:mod:`.precondition`) is solved with the reflected Halpern iteration
+of Lu and Yang (r2HPDHG, arXiv 2407.16144; cuPDLPx, arXiv 2507.14051):
+
+.. math::
+  z^{k+1} = \\tfrac{k+1}{k+2}\\,(2T(z^k) - z^k) + \\tfrac{1}{k+2}\\, z^0,
+
+where ``T`` is one PDHG step in bound form (no slacks) with ``tau = eta / omega``,
+``sigma = eta * omega`` and ``eta = 0.998 / ||A||_2``. Every ``eval_every`` iterations the
+PDHG point ``T(z)`` is checked on the *unscaled* problem (relative KKT, l2 norms as
+cuPDLPx), for infeasibility certificates (the difference since the last restart, which
+grows along a ray when the problem is infeasible), and for an adaptive restart (fixed-point
+error in the PDHG norm fell below 0.2x, or below 0.5x and rising, of its value at the last
+restart, or the epoch is 36% of all iterations); a restart moves the anchor to ``T(z)`` and
+updates the primal weight ``omega`` by PDLP's smoothing
+``log omega <- (log(||dy|| / ||dx||) + log omega) / 2``.
+
+Every solution carries a safe dual bound: the Lagrangian value of its dual iterate,
+computed in float64 on the host, valid however early the solve stopped.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax.experimental import io_callback
+from jax.experimental import sparse as jsparse
+
+from jaxopt_suite.lp.precondition import Scaling, precondition
+from jaxopt_suite.lp.problem import LP
+
+
+class Status(enum.IntEnum):
+    OPTIMAL = 0
+    PRIMAL_INFEASIBLE = 1
+    DUAL_INFEASIBLE = 2
+    ITERATION_LIMIT = 3
+    TIME_LIMIT = 4
+    NUMERICAL_ERROR = 5
+
+
+MESSAGES = {
+    Status.OPTIMAL: "optimal: relative KKT error within the tolerance",
+    Status.PRIMAL_INFEASIBLE: "primal infeasible: a dual ray certifies that no x satisfies "
+    "the constraints",
+    Status.DUAL_INFEASIBLE: "dual infeasible: a primal ray decreases the objective without "
+    "bound (the LP is unbounded if it is feasible)",
+    Status.ITERATION_LIMIT: "iteration limit reached before the tolerance; raise "
+    "max_iterations or loosen tolerance",
+    Status.TIME_LIMIT: "time limit reached before the tolerance",
+    Status.NUMERICAL_ERROR: "numerical error: the iterates became non-finite (check the data "
+    "scale, or enable float64 with jax.config.update('jax_enable_x64', True))",
+}
+_RUNNING = -1
+
+
+class LPOptions(NamedTuple):
+    tolerance: float = 1e-4  # relative KKT: primal, dual residual and gap
+    infeasibility_tolerance: float = 1e-8  # relative violation of a ray certificate
+    max_iterations: int = 100_000
+    eval_every: int = 64
+    time_limit: float | None = None  # seconds, checked at evaluations
+    ruiz_iterations: int = 10
+    pock_chambolle_alpha: float | None = 1.0
+    scale_bounds: bool = True
+    matrix: str = "auto"  # "dense", "sparse" (BCOO) or "auto"
+
+
+class LPSolution(NamedTuple):
+    """Everything in the LP's minimisation form (see ``LP.objective_sign``).
+
+    ``dual_bound`` is a valid lower bound on the optimum whatever the status (``-inf``
+    when the dual iterate puts weight on an infinite bound)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    reduced_costs: np.ndarray
+    objective: float
+    dual_bound: float
+    status: Status
+    message: str
+    iterations: int
+    primal_residual: float  # relative
+    dual_residual: float  # relative
+    gap: float  # relative
+    seconds: float
+
+
+def _power_norm(A: sp.csr_array, iterations: int = 200, seed: int = 0) -> float:
+    if A.nnz == 0:
+        return 1.0
+    v = np.random.default_rng(seed).normal(size=A.shape[1])
+    value = 0.0
+    for _ in range(iterations):
+        w = A.T @ (A @ v)
+        new = float(np.linalg.norm(w))
+        if new == 0.0:
+            return 1.0
+        v = w / new
+        if abs(new - value) <= 1e-6 * new:
+            value = new
+            break
+        value = new
+    return float(np.sqrt(value))
+
+
+def _device_matrix(A: sp.csr_array, kind: str, dtype):
+    if kind not in ("auto", "dense", "sparse"):
+        raise ValueError(f"matrix must be 'auto', 'dense' or 'sparse', got {kind!r}")
+    dense = kind == "dense" or (kind == "auto" and A.shape[0] * A.shape[1] <= 4_000_000)
+    if dense:
+        return jnp.asarray(A.toarray(), dtype)
+    return jsparse.BCOO.from_scipy_sparse(A.astype(dtype))
+
+
+class _Data(NamedTuple):
+    A: Any
+    c: jax.Array
+    row_lower: jax.Array
+    row_upper: jax.Array
+    var_lower: jax.Array
+    var_upper: jax.Array
+    row: jax.Array  # D_r / s_b: A x = row * (A~ x~)
+    col: jax.Array  # D_c / s_c: A^T y = col * (A~^T y~)
+    x_unscale: jax.Array  # x = x~ * x_unscale
+    y_unscale: jax.Array  # y = y~ * y_unscale
+    c_raw: jax.Array
+    row_lower_raw: jax.Array
+    row_upper_raw: jax.Array
+    var_lower_raw: jax.Array
+    var_upper_raw: jax.Array
+    eta: jax.Array
+
+
+def _prepare(lp: LP, options: LPOptions) -> tuple[_Data, Scaling]:
+    scaling = precondition(
+        lp,
+        ruiz_iterations=options.ruiz_iterations,
+        pock_chambolle_alpha=options.pock_chambolle_alpha,
+        scale_bounds=options.scale_bounds,
+    )
+    dtype = jnp.result_type(float)
+    s_b, s_c = scaling.bound, scaling.objective
+    f = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+    data = _Data(
+        A=_device_matrix(scaling.A, options.matrix, dtype),
+        c=f(s_c * lp.c / scaling.col),
+        row_lower=f(s_b * lp.row_lower / scaling.row),
+        row_upper=f(s_b * lp.row_upper / scaling.row),
+        var_lower=f(s_b * lp.var_lower * scaling.col),
+        var_upper=f(s_b * lp.var_upper * scaling.col),
+        row=f(scaling.row / s_b),
+        col=f(scaling.col / s_c),
+        x_unscale=f(1.0 / (s_b * scaling.col)),
+        y_unscale=f(1.0 / (s_c * scaling.row)),
+        c_raw=f(lp.c),
+        row_lower_raw=f(lp.row_lower),
+        row_upper_raw=f(lp.row_upper),
+        var_lower_raw=f(lp.var_lower),
+        var_upper_raw=f(lp.var_upper),
+        eta=f(0.998 / _power_norm(scaling.A)),
+    )
+    return data, scaling
+
+
+def _finite_part(v):
+    return jnp.where(jnp.isfinite(v), v, 0.0)
+
+
+def _pdhg(data: _Data, x, y, omega):
+    """One PDHG step ``T(x, y)`` on the scaled problem; returns ``(x+, y+)``."""
+    tau, sigma = data.eta / omega, data.eta * omega
+    x_new = jnp.clip(x - tau * (data.c - data.A.T @ y), data.var_lower, data.var_upper)
+    t = y / sigma - data.A @ (2.0 * x_new - x)
+    y_new = sigma * (t - jnp.clip(t, -data.row_upper, -data.row_lower))
+    return x_new, y_new
+
+
+def _kkt(data: _Data, x_s, y_s):
+    """Relative primal / dual residuals and gap of the unscaled point (l2, as cuPDLPx)."""
+    x, y = x_s * data.x_unscale, y_s * data.y_unscale
+    ax = data.row * (data.A @ x_s)
+    aty = data.col * (data.A.T @ y_s)
+    lam = data.c_raw - aty
+    lc, uc = data.row_lower_raw, data.row_upper_raw
+    lv, uv = data.var_lower_raw, data.var_upper_raw
+    primal_violation = ax - jnp.clip(ax, lc, uc)
+    b_norm = jnp.linalg.norm(jnp.concatenate([_finite_part(lc), _finite_part(uc)]))
+    primal = jnp.linalg.norm(primal_violation) / (1.0 + b_norm)
+    # lambda may be positive only at a finite lower bound, negative only at a finite upper.
+    dual_violation = jnp.where(jnp.isfinite(lv), 0.0, jnp.maximum(lam, 0.0)) + jnp.where(
+        jnp.isfinite(uv), 0.0, jnp.minimum(lam, 0.0)
+    )
+    dual = jnp.linalg.norm(dual_violation) / (1.0 + jnp.linalg.norm(data.c_raw))
+    primal_obj = data.c_raw @ x
+    lam_ok = lam - dual_violation
+    dual_obj = jnp.sum(
+        jnp.maximum(y, 0.0) * _finite_part(lc) - jnp.maximum(-y, 0.0) * _finite_part(uc)
+    ) + jnp.sum(
+        jnp.maximum(lam_ok, 0.0) * _finite_part(lv) - jnp.maximum(-lam_ok, 0.0) * _finite_part(uv)
+    )
+    gap = jnp.abs(primal_obj - dual_obj) / (1.0 + jnp.abs(primal_obj) + jnp.abs(dual_obj))
+    return primal, dual, gap
+
+
+def _certificates(data: _Data, dx_s, dy_s, tol):
+    """Whether the differences since the last restart certify infeasibility."""
+    dx, dy = dx_s * data.x_unscale, dy_s * data.y_unscale
+    lc, uc = data.row_lower_raw, data.row_upper_raw
+    lv, uv = data.var_lower_raw, data.var_upper_raw
+    # Dual ray dy (primal infeasibility): -A^T dy in the cone of the variable bounds, and
+    # sum(dy+ lc - dy- uc) + sum(lam+ lv - lam- uv) > 0.
+    dy_norm = jnp.maximum(jnp.linalg.norm(dy), 1e-30)
+    dyn = dy / dy_norm
+    lam = -data.col * (data.A.T @ dy_s) / dy_norm
+    bad_dy = jnp.where(jnp.isfinite(lc), 0.0, jnp.maximum(dyn, 0.0)) + jnp.where(
+        jnp.isfinite(uc), 0.0, jnp.minimum(dyn, 0.0)
+    )
+    bad_lam = jnp.where(jnp.isfinite(lv), 0.0, jnp.maximum(lam, 0.0)) + jnp.where(
+        jnp.isfinite(uv), 0.0, jnp.minimum(lam, 0.0)
+    )
+    dyn_ok, lam_ok = dyn - bad_dy, lam - bad_lam
+    ray_obj = jnp.sum(
+        jnp.maximum(dyn_ok, 0.0) * _finite_part(lc) - jnp.maximum(-dyn_ok, 0.0) * _finite_part(uc)
+    ) + jnp.sum(
+        jnp.maximum(lam_ok, 0.0) * _finite_part(lv) - jnp.maximum(-lam_ok, 0.0) * _finite_part(uv)
+    )
+    violation = jnp.sqrt(jnp.sum(bad_dy**2) + jnp.sum(bad_lam**2))
+    primal_infeasible = (ray_obj > 0.0) & (violation <= tol * ray_obj) & (dy_norm > 1e-12)
+    # Primal ray dx (dual infeasibility): c^T dx < 0, A dx in the rows' recession cone,
+    # dx in the variable bounds' recession cone.
+    dx_norm = jnp.maximum(jnp.linalg.norm(dx), 1e-30)
+    dxn = dx / dx_norm
+    adx = data.row * (data.A @ dx_s) / dx_norm
+    row_bad = jnp.where(jnp.isfinite(lc), jnp.minimum(adx, 0.0), 0.0) + jnp.where(
+        jnp.isfinite(uc), jnp.maximum(adx, 0.0), 0.0
+    )
+    var_bad = jnp.where(jnp.isfinite(lv), jnp.minimum(dxn, 0.0), 0.0) + jnp.where(
+        jnp.isfinite(uv), jnp.maximum(dxn, 0.0), 0.0
+    )
+    descent = -(data.c_raw @ dxn)
+    violation = jnp.sqrt(jnp.sum(row_bad**2) + jnp.sum(var_bad**2))
+    dual_infeasible = (descent > 0.0) & (violation <= tol * descent) & (dx_norm > 1e-12)
+    return primal_infeasible, dual_infeasible
+
+
+class _State(NamedTuple):
+    x: jax.Array
+    y: jax.Array
+    x_anchor: jax.Array
+    y_anchor: jax.Array
+    omega: jax.Array
+    inner: jax.Array  # iterations since the last restart
+    iterations: jax.Array
+    error_restart: jax.Array  # fixed-point error at the last restart
+    error_last: jax.Array  # at the last evaluation
+    status: jax.Array
+    x_out: jax.Array
+    y_out: jax.Array
+    residuals: jax.Array  # (primal, dual, gap) at the last evaluation
+
+
+def _clock_factory():
+    origin = [time.perf_counter()]
+
+    def start():
+        origin[0] = time.perf_counter()
+        return np.float32(0.0)
+
+    def elapsed(_):
+        return np.float32(time.perf_counter() - origin[0])
+
+    return start, elapsed
+
+
+def _solve(data: _Data, x0, y0, options: LPOptions):
+    start_clock, elapsed = _clock_factory()
+    freq = int(options.eval_every)
+    tol = options.tolerance
+    dtype = data.c.dtype
+
+    def weighted_error(dx, dy, omega):
+        value = omega * (dx @ dx) + (dy @ dy) / omega - 2.0 * data.eta * (dy @ (data.A @ dx))
+        return jnp.sqrt(jnp.maximum(value, 0.0))
+
+    def halpern(k, carry):
+        x, y, x0_, y0_, omega, inner = carry
+        xt, yt = _pdhg(data, x, y, omega)
+        w = (inner + k + 1.0) / (inner + k + 2.0)
+        x = w * (2.0 * xt - x) + (1.0 - w) * x0_
+        y = w * (2.0 * yt - y) + (1.0 - w) * y0_
+        return x, y, x0_, y0_, omega, inner
+
+    def body(s: _State) -> _State:
+        inner = s.inner.astype(dtype)
+        x, y, *_ = jax.lax.fori_loop(
+            0, freq, halpern, (s.x, s.y, s.x_anchor, s.y_anchor, s.omega, inner)
+        )
+        iterations = s.iterations + freq
+        inner_count = s.inner + freq
+        xt, yt = _pdhg(data, x, y, s.omega)
+        error = weighted_error(x - xt, y - yt, s.omega)
+        primal, dual, gap = _kkt(data, xt, yt)
+        optimal = (primal <= tol) & (dual <= tol) & (gap <= tol)
+        p_inf, d_inf = _certificates(
+            data, xt - s.x_anchor, yt - s.y_anchor, options.infeasibility_tolerance
+        )
+        finite = jnp.isfinite(error) & jnp.isfinite(primal + dual + gap)
+        status = jnp.where(optimal, int(Status.OPTIMAL), _RUNNING)
+        status = jnp.where((status == _RUNNING) & p_inf, int(Status.PRIMAL_INFEASIBLE), status)
+        status = jnp.where((status == _RUNNING) & d_inf, int(Status.DUAL_INFEASIBLE), status)
+        status = jnp.where(finite, status, int(Status.NUMERICAL_ERROR))
+        status = jnp.where(
+            (status == _RUNNING) & (iterations >= options.max_iterations),
+            int(Status.ITERATION_LIMIT),
+            status,
+        )
+        if options.time_limit is not None:
+            seconds = io_callback(elapsed, jax.ShapeDtypeStruct((), jnp.float32), iterations)
+            status = jnp.where(
+                (status == _RUNNING) & (seconds >= options.time_limit),
+                int(Status.TIME_LIMIT),
+                status,
+            )
+        restart = (
+            (error <= 0.2 * s.error_restart)
+            | ((error <= 0.5 * s.error_restart) & (error > s.error_last))
+            | (inner_count >= 0.36 * iterations)
+        )
+        dx = jnp.linalg.norm(xt - s.x_anchor)
+        dy = jnp.linalg.norm(yt - s.y_anchor)
+        smooth = jnp.exp(0.5 * jnp.log(dy / dx) + 0.5 * jnp.log(s.omega))
+        ok = (dx > 1e-10) & (dy > 1e-10) & jnp.isfinite(smooth)
+        omega = jnp.where(restart & ok, smooth, s.omega)
+        return _State(
+            x=jnp.where(restart, xt, x),
+            y=jnp.where(restart, yt, y),
+            x_anchor=jnp.where(restart, xt, s.x_anchor),
+            y_anchor=jnp.where(restart, yt, s.y_anchor),
+            omega=omega,
+            inner=jnp.where(restart, 0, inner_count),
+            iterations=iterations,
+            error_restart=jnp.where(restart, error, s.error_restart),
+            error_last=error,
+            status=status,
+            x_out=xt,
+            y_out=yt,
+            residuals=jnp.stack([primal, dual, gap]),
+        )
+
+    io_callback(start_clock, jax.ShapeDtypeStruct((), jnp.float32))
+    zero = jnp.zeros([], jnp.int32)
+    init = _State(
+        x=x0,
+        y=y0,
+        x_anchor=x0,
+        y_anchor=y0,
+        omega=jnp.ones([], dtype),
+        inner=zero,
+        iterations=zero,
+        error_restart=jnp.full([], jnp.inf, dtype),
+        error_last=jnp.full([], jnp.inf, dtype),
+        status=jnp.full([], _RUNNING, jnp.int32),
+        x_out=x0,
+        y_out=y0,
+        residuals=jnp.full([3], jnp.inf, dtype),
+    )
+    return jax.lax.while_loop(lambda s: s.status == _RUNNING, body, init)
+
+
+def _check_options(options: LPOptions) -> None:
+    if not options.tolerance > 0:
+        raise ValueError(f"tolerance must be > 0, got {options.tolerance}")
+    if not options.infeasibility_tolerance > 0:
+        raise ValueError(
+            f"infeasibility_tolerance must be > 0, got {options.infeasibility_tolerance}"
+        )
+    if int(options.max_iterations) < 1 or int(options.eval_every) < 1:
+        raise ValueError(
+            "max_iterations and eval_every must be >= 1, got "
+            f"{options.max_iterations} and {options.eval_every}"
+        )
+    if options.time_limit is not None and not options.time_limit > 0:
+        raise ValueError(f"time_limit must be > 0 (or None), got {options.time_limit}")
+
+
+def _warm_vector(name, value, size):
+    v = np.asarray(value, np.float64)
+    if v.shape != (size,):
+        raise ValueError(f"{name} must have shape ({size},), got {v.shape}")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{name} must be finite")
+    return v
+
+
+def dual_bound(lp: LP, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """``(bound, reduced costs)``: the Lagrangian lower bound of ``y`` (float64)."""
+    y = np.asarray(y, np.float64)
+    lam = lp.c - lp.A.T @ y
+    with np.errstate(invalid="ignore"):
+        rows = np.where(y > 0, y * lp.row_lower, np.where(y < 0, y * lp.row_upper, 0.0))
+        cols = np.where(lam > 0, lam * lp.var_lower, np.where(lam < 0, lam * lp.var_upper, 0.0))
+    return float(np.sum(rows) + np.sum(cols) + lp.objective_offset), lam
+
+
+def solve_lp(
+    lp: LP, options: LPOptions | None = None, *, warm_start: tuple[Any, Any] | None = None
+) -> LPSolution:
+    """Solves ``lp`` (see the module docstring). ``warm_start=(x, y)`` in the LP's units."""
+    if not isinstance(lp, LP):
+        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
+    options = LPOptions() if options is None else options
+    _check_options(options)
+    start = time.perf_counter()
+    data, scaling = _prepare(lp, options)
+    m, n = lp.A.shape
+    if warm_start is None:
+        x0, y0 = np.zeros(n), np.zeros(m)
+    else:
+        x0 = _warm_vector("warm_start x", warm_start[0], n)
+        y0 = _warm_vector("warm_start y", warm_start[1], m)
+    x0 = np.clip(
+        scaling.scale_primal(x0), *(np.asarray(v) for v in (data.var_lower, data.var_upper))
+    )
+    y0 = scaling.scale_dual(y0)
+    dtype = data.c.dtype
+    state = jax.jit(_solve, static_argnums=3)(
+        data, jnp.asarray(x0, dtype), jnp.asarray(y0, dtype), options
+    )
+    x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
+    y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
+    status = Status(int(state.status))
+    bound, lam = dual_bound(lp, y)
+    primal, dual, gap = (float(v) for v in np.asarray(state.residuals))
+    return LPSolution(
+        x=x,
+        y=y,
+        reduced_costs=lam,
+        objective=lp.objective(x),
+        dual_bound=bound,
+        status=status,
+        message=MESSAGES[status],
+        iterations=int(state.iterations),
+        primal_residual=primal,
+        dual_residual=dual,
+        gap=gap,
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,131 @@
+"""solve_lp against HiGHS (scipy's linprog), statuses, warm starts and the safe bound."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+from jaxopt_suite.lp import LP
+from jaxopt_suite.lp.pdlp import LPOptions, Status, dual_bound, solve_lp
+
+
+def _feasible_lp(seed, m=20, n=30, free_rows=True):
+    """Rows of every type around A x_f for an interior x_f, box bounds [0, 3]."""
+    rng = np.random.default_rng(seed)
+    A = sp.random(m, n, density=0.3, random_state=seed, format="csr")
+    x_f = rng.uniform(0.5, 2.5, n)
+    ax = A @ x_f
+    kinds = rng.integers(0, 4, m)  # 0 equality, 1 <=, 2 >=, 3 two-sided
+    width = rng.uniform(0.1, 1.0, m)
+    lo = np.where(kinds == 1, -np.inf, np.where(kinds == 0, ax, ax - width))
+    hi = np.where(kinds == 2, np.inf, np.where(kinds == 0, ax, ax + width))
+    return LP(rng.normal(size=n), A, lo, hi, np.zeros(n), np.full(n, 3.0))
+
+
+def _highs(lp):
+    eq = lp.row_lower == lp.row_upper
+    up = np.isfinite(lp.row_upper) & ~eq
+    dn = np.isfinite(lp.row_lower) & ~eq
+    A_ub = sp.vstack([lp.A[up], -lp.A[dn]])
+    b_ub = np.concatenate([lp.row_upper[up], -lp.row_lower[dn]])
+    return linprog(
+        lp.c,
+        A_ub=A_ub,
+        b_ub=b_ub,
+        A_eq=lp.A[eq],
+        b_eq=lp.row_lower[eq],
+        bounds=list(zip(lp.var_lower, lp.var_upper, strict=True)),
+        method="highs",
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_matches_highs_and_satisfies_kkt(seed):
+    lp = _feasible_lp(seed)
+    reference = _highs(lp)
+    solution = solve_lp(lp)
+    assert solution.status == Status.OPTIMAL, solution.message
+    # Relative KKT <= 1e-4 bounds the objective error by about the same relative amount.
+    assert abs(solution.objective - reference.fun) <= 5e-4 * (1 + abs(reference.fun))
+    assert max(solution.primal_residual, solution.dual_residual, solution.gap) <= 1e-4
+    # KKT recomputed here in float64 from the returned point.
+    ax = lp.A @ solution.x
+    violation = np.linalg.norm(ax - np.clip(ax, lp.row_lower, lp.row_upper))
+    assert violation <= 2e-4 * (
+        1
+        + np.linalg.norm(
+            np.r_[lp.row_lower[np.isfinite(lp.row_lower)], lp.row_upper[np.isfinite(lp.row_upper)]]
+        )
+    )
+    assert np.all(solution.x >= lp.var_lower - 1e-6) and np.all(solution.x <= lp.var_upper + 1e-6)
+    # The safe bound is below the optimum and close to it at an optimal dual.
+    assert solution.dual_bound <= reference.fun + 1e-9
+    assert solution.dual_bound >= reference.fun - 1e-3 * (1 + abs(reference.fun))
+
+
+def test_statuses_on_crafted_lps():
+    inf = np.inf
+    infeasible_rows = LP([1.0, 1.0], [[1, 1], [1, 1]], [3, -inf], [inf, 1], [0, 0], [inf, inf])
+    assert solve_lp(infeasible_rows).status == Status.PRIMAL_INFEASIBLE
+    infeasible_box = LP([1.0, 1.0], [[1, 1]], [5], [5], [0, 0], [1, 1])
+    assert solve_lp(infeasible_box).status == Status.PRIMAL_INFEASIBLE
+    unbounded = LP([-1.0, 0.0], [[1, -1]], [-inf], [1], [0, 0], [inf, inf])
+    solution = solve_lp(unbounded)
+    assert solution.status == Status.DUAL_INFEASIBLE and "unbounded" in solution.message
+    free = LP([1.0, 2.0], [[1, 1], [1, -1]], [1, 0], [1, 0], [-inf, -inf], [inf, inf])
+    solution = solve_lp(free)
+    assert solution.status == Status.OPTIMAL
+    np.testing.assert_allclose(solution.x, [0.5, 0.5], atol=1e-3)
+    limited = solve_lp(free, LPOptions(max_iterations=64, eval_every=64))
+    assert limited.status == Status.ITERATION_LIMIT and limited.iterations == 64
+    assert "max_iterations" in limited.message
+
+
+def test_warm_start_from_the_solution_stops_at_once():
+    lp = _feasible_lp(7)
+    cold = solve_lp(lp)
+    warm = solve_lp(lp, warm_start=(cold.x, cold.y))
+    assert warm.status == Status.OPTIMAL
+    assert warm.iterations <= LPOptions().eval_every < cold.iterations
+    with pytest.raises(ValueError, match=r"warm_start x must have shape \(30,\)"):
+        solve_lp(lp, warm_start=(np.zeros(3), cold.y))
+
+
+def test_bad_options():
+    lp = _feasible_lp(0, m=3, n=4)
+    for bad, match in (
+        (LPOptions(tolerance=0.0), "tolerance must be > 0"),
+        (LPOptions(max_iterations=0), "max_iterations and eval_every must be >= 1"),
+        (LPOptions(time_limit=-1.0), "time_limit must be > 0"),
+        (LPOptions(matrix="csr"), "matrix must be 'auto', 'dense' or 'sparse'"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            solve_lp(lp, bad)
+    with pytest.raises(TypeError, match="lp must be an LP"):
+        solve_lp("lp")
+
+
+def test_sparse_and_dense_matrices_agree():
+    lp = _feasible_lp(3)
+    dense = solve_lp(lp, LPOptions(matrix="dense"))
+    sparse = solve_lp(lp, LPOptions(matrix="sparse"))
+    assert dense.status == sparse.status == Status.OPTIMAL
+    assert abs(dense.objective - sparse.objective) <= 1e-3 * (1 + abs(dense.objective))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    iterations=st.sampled_from([64, 256, 100_000]),
+)
+def test_safe_dual_bound_never_exceeds_the_optimum(seed, iterations):
+    # Any dual iterate, from a solve stopped at any point, bounds the optimum from below.
+    lp = _feasible_lp(seed, m=8, n=12)
+    optimum = _highs(lp).fun
+    solution = solve_lp(lp, LPOptions(max_iterations=iterations))
+    assert solution.dual_bound <= optimum + 1e-9 * (1 + abs(optimum))
+    # ... and so does the bound of an arbitrary y.
+    y = np.random.default_rng(seed).normal(size=lp.num_rows)
+    assert dual_bound(lp, y)[0] <= optimum + 1e-9 * (1 + abs(optimum))
