@@ -2,12 +2,21 @@
 preconditioning, and ``solve_lp`` (restarted Halpern PDHG) with a safe dual bound."""
 
 from jaxopt_suite.lp.mps import MPSError, read_mps, write_mps
-from jaxopt_suite.lp.pdlp import LPOptions, LPSolution, Status, dual_bound, solve_lp
+from jaxopt_suite.lp.pdlp import (
+    LPBatchSolution,
+    LPOptions,
+    LPSolution,
+    Status,
+    dual_bound,
+    solve_lp,
+    solve_lp_batch,
+)
 from jaxopt_suite.lp.precondition import Scaling, precondition
 from jaxopt_suite.lp.problem import LP
 
 __all__ = [
     "LP",
+    "LPBatchSolution",
     "LPOptions",
     "LPSolution",
     "MPSError",
@@ -17,5 +26,6 @@ __all__ = [
     "precondition",
     "read_mps",
     "solve_lp",
+    "solve_lp_batch",
     "write_mps",
 ]

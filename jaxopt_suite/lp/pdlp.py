@@ -453,3 +453,125 @@ def solve_lp(
         gap=gap,
         seconds=time.perf_counter() - start,
     )
+
+
+class LPBatchSolution(NamedTuple):
+    """Per-instance results of :func:`solve_lp_batch` (leading axis ``B``), in the LP's
+    minimisation form; ``dual_bound[b]`` is a valid lower bound for instance ``b``."""
+
+    x: np.ndarray  # (B, n)
+    y: np.ndarray  # (B, m)
+    objective: np.ndarray  # (B,)
+    dual_bound: np.ndarray  # (B,)
+    status: np.ndarray  # (B,) int, values of Status
+    iterations: np.ndarray  # (B,)
+    residuals: np.ndarray  # (B, 3): relative primal, dual residual and gap
+    seconds: float
+
+    def messages(self) -> list[str]:
+        return [MESSAGES[Status(int(s))] for s in self.status]
+
+
+# Fields of _Data that differ between the instances of a batch.
+_BATCHED_FIELDS = ("c", "var_lower", "var_upper", "c_raw", "var_lower_raw", "var_upper_raw")
+
+
+def solve_lp_batch(
+    lp: LP,
+    var_lower: Any,
+    var_upper: Any,
+    c: Any = None,
+    *,
+    options: LPOptions | None = None,
+    warm_start: tuple[Any, Any] | None = None,
+) -> LPBatchSolution:
+    """Solves ``B`` LPs that share ``lp``'s matrix and row bounds, in one jitted call.
+
+    Instance ``b`` has variable bounds ``var_lower[b], var_upper[b]`` (shape ``(B, n)``)
+    and objective ``c[b]`` (shape ``(B, n)``; default ``lp.c`` for all). The preconditioner
+    and step size come from ``lp`` once; each instance keeps its own primal weight, restart
+    state and status, and an instance that finishes stops changing while the others run
+    (``vmap`` of the solver's ``while_loop``). ``warm_start=(x[B, n], y[B, m])``.
+    """
+    if not isinstance(lp, LP):
+        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
+    options = LPOptions() if options is None else options
+    _check_options(options)
+    m, n = lp.A.shape
+    lower = np.asarray(var_lower, np.float64)
+    upper = np.asarray(var_upper, np.float64)
+    if lower.ndim != 2 or lower.shape[1] != n or upper.shape != lower.shape:
+        raise ValueError(
+            f"var_lower and var_upper must both have shape (B, {n}), got {lower.shape} "
+            f"and {upper.shape}"
+        )
+    batch = lower.shape[0]
+    costs = np.broadcast_to(lp.c, (batch, n)) if c is None else np.asarray(c, np.float64)
+    if costs.shape != (batch, n):
+        raise ValueError(f"c must have shape ({batch}, {n}), got {costs.shape}")
+    # Each instance is checked as an LP (NaNs, lower > upper name the instance).
+    for b in range(batch):
+        try:
+            LP(
+                costs[b],
+                lp.A,
+                lp.row_lower,
+                lp.row_upper,
+                lower[b],
+                upper[b],
+                col_names=lp.col_names,
+            )
+        except ValueError as err:
+            raise ValueError(f"instance {b}: {err}") from None
+    start = time.perf_counter()
+    data, scaling = _prepare(lp, options)
+    s_b, s_c = scaling.bound, scaling.objective
+    dtype = data.c.dtype
+    f = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+    data = data._replace(
+        c=f(s_c * costs / scaling.col),
+        var_lower=f(s_b * lower * scaling.col),
+        var_upper=f(s_b * upper * scaling.col),
+        c_raw=f(costs),
+        var_lower_raw=f(lower),
+        var_upper_raw=f(upper),
+    )
+    if warm_start is None:
+        x0, y0 = np.zeros((batch, n)), np.zeros((batch, m))
+    else:
+        x0, y0 = (np.asarray(v, np.float64) for v in warm_start)
+        if x0.shape != (batch, n) or y0.shape != (batch, m):
+            raise ValueError(
+                f"warm_start must be (x[{batch}, {n}], y[{batch}, {m}]), got {x0.shape} "
+                f"and {y0.shape}"
+            )
+    x0 = np.clip(scaling.scale_primal(x0), np.asarray(data.var_lower), np.asarray(data.var_upper))
+    y0 = scaling.scale_dual(y0)
+    axes = _Data(**{k: (0 if k in _BATCHED_FIELDS else None) for k in _Data._fields})
+    solve = jax.jit(jax.vmap(lambda d, x, y: _solve(d, x, y, options), in_axes=(axes, 0, 0)))
+    state = solve(data, jnp.asarray(x0, dtype), jnp.asarray(y0, dtype))
+    x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
+    y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
+    bounds = np.empty(batch)
+    for b in range(batch):
+        instance = LP(
+            costs[b],
+            lp.A,
+            lp.row_lower,
+            lp.row_upper,
+            lower[b],
+            upper[b],
+            objective_offset=lp.objective_offset,
+        )
+        bounds[b] = dual_bound(instance, y[b])[0]
+    objective = np.einsum("bn,bn->b", costs, x) + lp.objective_offset
+    return LPBatchSolution(
+        x=x,
+        y=y,
+        objective=objective,
+        dual_bound=bounds,
+        status=np.asarray(state.status),
+        iterations=np.asarray(state.iterations),
+        residuals=np.asarray(state.residuals, np.float64),
+        seconds=time.perf_counter() - start,
+    )

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from jaxopt_suite.lp import LP
-from jaxopt_suite.lp.pdlp import LPOptions, Status, dual_bound, solve_lp
+from jaxopt_suite.lp.pdlp import LPOptions, Status, dual_bound, solve_lp, solve_lp_batch
 
 
 def _feasible_lp(seed, m=20, n=30, free_rows=True):
@@ -129,3 +129,46 @@ def test_safe_dual_bound_never_exceeds_the_optimum(seed, iterations):
     # ... and so does the bound of an arbitrary y.
     y = np.random.default_rng(seed).normal(size=lp.num_rows)
     assert dual_bound(lp, y)[0] <= optimum + 1e-9 * (1 + abs(optimum))
+
+
+def test_batched_solve_equals_individual_solves():
+    lp = _feasible_lp(1, m=15, n=20)
+    rng = np.random.default_rng(0)
+    batch = 6
+    lower = np.tile(lp.var_lower, (batch, 1))
+    upper = np.tile(lp.var_upper, (batch, 1))
+    upper[:, :4] = rng.uniform(0.5, 3.0, (batch, 4))  # branch-and-bound style tightening
+    costs = lp.c + 0.1 * rng.normal(size=(batch, lp.num_cols))
+    result = solve_lp_batch(lp, lower, upper, costs)
+    assert np.all(result.status == Status.OPTIMAL), result.messages()
+    for b in range(batch):
+        instance = LP(costs[b], lp.A, lp.row_lower, lp.row_upper, lower[b], upper[b])
+        single = solve_lp(instance)
+        optimum = _highs(instance).fun
+        # Both within the 1e-4 relative KKT tolerance of the optimum.
+        assert abs(result.objective[b] - optimum) <= 5e-4 * (1 + abs(optimum))
+        assert abs(single.objective - optimum) <= 5e-4 * (1 + abs(optimum))
+        assert result.dual_bound[b] <= optimum + 1e-9 * (1 + abs(optimum))
+        # Same algorithm, same data: iteration counts agree up to one or two evaluations
+        # (the batch shares one bound scale s_b, the single solve uses its own).
+        assert abs(int(result.iterations[b]) - single.iterations) <= 2 * LPOptions().eval_every
+
+
+def test_batch_freezes_finished_instances_and_checks_input():
+    lp = _feasible_lp(2, m=10, n=12)
+    lower = np.tile(lp.var_lower, (2, 1))
+    upper = np.tile(lp.var_upper, (2, 1))
+    upper[1] = 0.0  # instance 1: x = 0, rows around A x_f > 0 are violated
+    result = solve_lp_batch(lp, lower, upper)
+    assert result.status[0] == Status.OPTIMAL
+    assert result.status[1] == Status.PRIMAL_INFEASIBLE
+    # The infeasible instance stopped early and was not advanced with the other one.
+    assert result.iterations[1] < result.iterations[0]
+    with pytest.raises(ValueError, match=r"must both have shape \(B, 12\)"):
+        solve_lp_batch(lp, lower[:, :5], upper[:, :5])
+    bad = upper.copy()
+    bad[1, 3] = -1.0
+    with pytest.raises(ValueError, match="instance 1: var_lower > var_upper for column 3"):
+        solve_lp_batch(lp, lower, bad)
+    with pytest.raises(ValueError, match=r"c must have shape \(2, 12\)"):
+        solve_lp_batch(lp, lower, upper, np.zeros((3, 12)))
