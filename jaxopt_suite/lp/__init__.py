@@ -3,6 +3,7 @@ preconditioning, and ``solve_lp`` (restarted Halpern PDHG) with a safe dual boun
 
 from jaxopt_suite.lp.mps import MPSError, read_mps, write_mps
 from jaxopt_suite.lp.pdlp import (
+    BlockOperator,
     LPBatchSolution,
     LPOptions,
     LPSolution,
@@ -16,6 +17,7 @@ from jaxopt_suite.lp.problem import LP
 
 __all__ = [
     "LP",
+    "BlockOperator",
     "LPBatchSolution",
     "LPOptions",
     "LPSolution",

@@ -22,7 +22,9 @@ computed in float64 on the host, valid however early the solve stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
 import time
 from typing import Any, NamedTuple
 
@@ -35,6 +37,7 @@ from jax.experimental import sparse as jsparse
 
 from jaxopt_suite.lp.precondition import Scaling, precondition
 from jaxopt_suite.lp.problem import LP
+from pallas_kernels import BlockELL, BlockSizes, bsr_spmm
 
 
 class Status(enum.IntEnum):
@@ -70,7 +73,9 @@ class LPOptions(NamedTuple):
     ruiz_iterations: int = 10
     pock_chambolle_alpha: float | None = 1.0
     scale_bounds: bool = True
-    matrix: str = "auto"  # "dense", "sparse" (BCOO) or "auto"
+    # "dense", "sparse" (BCOO), "block" (the Pallas block-ELL kernel; interpret mode off
+    # GPU, slow there) or "auto" (dense up to 4e6 entries, else sparse)
+    matrix: str = "auto"
 
 
 class LPSolution(NamedTuple):
@@ -111,9 +116,38 @@ def _power_norm(A: sp.csr_array, iterations: int = 200, seed: int = 0) -> float:
     return float(np.sqrt(value))
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["forward", "backward"], meta_fields=[]
+)
+@dataclasses.dataclass(frozen=True)
+class BlockOperator:
+    """``A`` and ``A^T`` as block-ELL matrices; ``@`` goes through the Pallas kernel."""
+
+    forward: BlockELL
+    backward: BlockELL
+
+    @classmethod
+    def from_scipy(cls, A, block_sizes: BlockSizes | None = None, dtype=None) -> BlockOperator:
+        block_sizes = BlockSizes() if block_sizes is None else block_sizes
+        transposed = BlockSizes(block_sizes.bn, block_sizes.bm)
+        return cls(
+            BlockELL.from_scipy(A, block_sizes, dtype),
+            BlockELL.from_scipy(sp.csr_array(A).T, transposed, dtype),
+        )
+
+    def __matmul__(self, x: jax.Array) -> jax.Array:
+        return bsr_spmm(self.forward, x[:, None])[:, 0]
+
+    @property
+    def T(self) -> BlockOperator:
+        return BlockOperator(self.backward, self.forward)
+
+
 def _device_matrix(A: sp.csr_array, kind: str, dtype):
-    if kind not in ("auto", "dense", "sparse"):
-        raise ValueError(f"matrix must be 'auto', 'dense' or 'sparse', got {kind!r}")
+    if kind not in ("auto", "dense", "sparse", "block"):
+        raise ValueError(f"matrix must be 'auto', 'dense', 'sparse' or 'block', got {kind!r}")
+    if kind == "block":
+        return BlockOperator.from_scipy(A, dtype=dtype)
     dense = kind == "dense" or (kind == "auto" and A.shape[0] * A.shape[1] <= 4_000_000)
     if dense:
         return jnp.asarray(A.toarray(), dtype)

@@ -99,7 +99,7 @@ def test_bad_options():
         (LPOptions(tolerance=0.0), "tolerance must be > 0"),
         (LPOptions(max_iterations=0), "max_iterations and eval_every must be >= 1"),
         (LPOptions(time_limit=-1.0), "time_limit must be > 0"),
-        (LPOptions(matrix="csr"), "matrix must be 'auto', 'dense' or 'sparse'"),
+        (LPOptions(matrix="csr"), "matrix must be 'auto', 'dense', 'sparse' or 'block'"),
     ):
         with pytest.raises(ValueError, match=match):
             solve_lp(lp, bad)
@@ -107,12 +107,14 @@ def test_bad_options():
         solve_lp("lp")
 
 
-def test_sparse_and_dense_matrices_agree():
-    lp = _feasible_lp(3)
+def test_sparse_dense_and_block_matrices_agree():
+    lp = _feasible_lp(3, m=12, n=16)
     dense = solve_lp(lp, LPOptions(matrix="dense"))
     sparse = solve_lp(lp, LPOptions(matrix="sparse"))
-    assert dense.status == sparse.status == Status.OPTIMAL
-    assert abs(dense.objective - sparse.objective) <= 1e-3 * (1 + abs(dense.objective))
+    block = solve_lp(lp, LPOptions(matrix="block"))  # the Pallas kernel, interpret mode
+    assert dense.status == sparse.status == block.status == Status.OPTIMAL
+    for other in (sparse, block):
+        assert abs(dense.objective - other.objective) <= 1e-3 * (1 + abs(dense.objective))
 
 
 @settings(max_examples=25, deadline=None)

@@ -1,0 +1,147 @@
+"""Block-sparse times dense batch, ``Y = A X`` with ``X`` of shape ``(n, B)``, in Pallas.
+
+``A`` is stored in block-ELL form (:class:`BlockELL`): every block row keeps the same number
+``K`` of ``(bm, bn)`` tiles, padded with zero tiles, and ``cols[i, k]`` names the block
+column of tile ``k`` of block row ``i``. One program per block row accumulates
+``tile @ X[cols * bn : cols * bn + bn, :]`` over its ``K`` tiles into a ``(bm, B)`` output
+panel: the batch sits in the lane dimension, as the batched LP solver wants (``A`` shared,
+``B`` right-hand sides). ``A^T`` is a separate :class:`BlockELL`, built from the host
+matrix's transpose (``BlockELL.from_scipy(matrix.T)``).
+
+``interpret=None`` runs compiled on GPU and in interpret mode elsewhere (CPU lowering is
+interpret-only); :func:`bsr_spmm_reference` is the same product in plain ``jnp``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax.experimental import pallas as pl
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile shape ``(bm, bn)`` of the block-sparse matrix."""
+
+    bm: int = 16
+    bn: int = 16
+
+    def __post_init__(self):
+        for name in ("bm", "bn"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["blocks", "cols"],
+    meta_fields=["shape", "block_sizes"],
+)
+@dataclasses.dataclass(frozen=True)
+class BlockELL:
+    """``blocks (nbr, K, bm, bn)``, ``cols (nbr, K)`` int32, logical ``shape (m, n)``."""
+
+    blocks: jax.Array
+    cols: jax.Array
+    shape: tuple[int, int]
+    block_sizes: BlockSizes
+
+    @classmethod
+    def from_scipy(cls, matrix, block_sizes: BlockSizes = BlockSizes(), dtype=None) -> BlockELL:
+        """Tiles a scipy sparse (or dense numpy) matrix; rows and columns are padded to
+        multiples of the tile shape with zeros."""
+        A = sp.csr_array(matrix)
+        m, n = A.shape
+        bm, bn = block_sizes.bm, block_sizes.bn
+        nbr = -(-m // bm)
+        coo = A.tocoo()
+        nbc = -(-n // bn)
+        # Tiles present, as codes row * nbc + col, sorted: each block row's tiles are a run.
+        codes = np.unique((coo.row // bm) * nbc + coo.col // bn)
+        tile_row = codes // nbc
+        counts = np.bincount(tile_row, minlength=nbr)
+        K = max(1, int(counts.max()) if codes.size else 1)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        slot_of_code = np.arange(codes.size) - starts[tile_row]
+        cols = np.zeros((nbr, K), np.int32)
+        cols[tile_row, slot_of_code] = codes % nbc
+        blocks = np.zeros((nbr, K, bm, bn), np.float64)
+        entry_code = (coo.row // bm) * nbc + coo.col // bn
+        entry_slot = slot_of_code[np.searchsorted(codes, entry_code)]
+        np.add.at(blocks, (coo.row // bm, entry_slot, coo.row % bm, coo.col % bn), coo.data)
+        dtype = dtype or jnp.result_type(float)
+        return cls(jnp.asarray(blocks, dtype), jnp.asarray(cols), (int(m), int(n)), block_sizes)
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        nbr = self.cols.shape[0]
+        nbc = -(-self.shape[1] // self.block_sizes.bn)
+        return nbr * self.block_sizes.bm, nbc * self.block_sizes.bn
+
+
+def _check(A: BlockELL, X: jax.Array) -> None:
+    if not isinstance(A, BlockELL):
+        raise TypeError(f"A must be a BlockELL, got {type(A).__name__}")
+    if X.ndim != 2:
+        raise ValueError(f"X must have shape (n, B), got {X.shape}")
+    if X.shape[0] != A.shape[1]:
+        raise ValueError(f"X has {X.shape[0]} rows but A has {A.shape[1]} columns")
+
+
+def _pad_rows(A: BlockELL, X: jax.Array) -> jax.Array:
+    n_pad = A.padded_shape[1]
+    return jnp.pad(X, ((0, n_pad - X.shape[0]), (0, 0)))
+
+
+def bsr_spmm_reference(A: BlockELL, X: jax.Array) -> jax.Array:
+    """``A @ X`` in plain ``jnp`` (gather the row panels, one einsum)."""
+    _check(A, X)
+    bn = A.block_sizes.bn
+    Xp = _pad_rows(A, X)
+    panels = Xp.reshape(-1, bn, X.shape[1])[A.cols]  # (nbr, K, bn, B)
+    Y = jnp.einsum("rkij,rkjb->rib", A.blocks, panels.astype(A.blocks.dtype))
+    return Y.reshape(-1, X.shape[1])[: A.shape[0]].astype(jnp.result_type(A.blocks, X))
+
+
+def _kernel(cols_ref, blocks_ref, x_ref, o_ref, *, K, bn):
+    i = pl.program_id(0)
+
+    def body(k, acc):
+        c = cols_ref[i, k]
+        panel = x_ref[pl.ds(c * bn, bn), :]
+        return acc + jnp.dot(blocks_ref[0, k], panel, preferred_element_type=jnp.float32)
+
+    acc = jnp.zeros(o_ref.shape, jnp.float32)
+    o_ref[...] = jax.lax.fori_loop(0, K, body, acc).astype(o_ref.dtype)
+
+
+def bsr_spmm(A: BlockELL, X: jax.Array, *, interpret: bool | None = None) -> jax.Array:
+    """``A @ X`` for ``X`` of shape ``(n, B)`` with the Pallas kernel (module docstring).
+
+    ``vmap``-safe (an extra grid axis per mapped dimension)."""
+    _check(A, X)
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    nbr, K = A.cols.shape
+    bm, bn = A.block_sizes.bm, A.block_sizes.bn
+    Xp = _pad_rows(A, X).astype(A.blocks.dtype)
+    B = X.shape[1]
+    out = pl.pallas_call(
+        functools.partial(_kernel, K=K, bn=bn),
+        out_shape=jax.ShapeDtypeStruct((nbr * bm, B), A.blocks.dtype),
+        grid=(nbr,),
+        in_specs=[
+            pl.BlockSpec((nbr, K), lambda i: (0, 0)),
+            pl.BlockSpec((1, K, bm, bn), lambda i: (i, 0, 0, 0)),
+            pl.BlockSpec(Xp.shape, lambda i: (0, 0)),
+        ],
+        out_specs=pl.BlockSpec((bm, B), lambda i: (i, 0)),
+        interpret=interpret,
+    )(A.cols, A.blocks, Xp)
+    return out[: A.shape[0]]
