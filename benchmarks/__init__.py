@@ -8,6 +8,7 @@ import importlib
 
 SUITES = {
     "bilevel": "benchmarks.bilevel",
+    "lp": "benchmarks.lp",
     "online_bilevel": "benchmarks.online_bilevel",
     "zo": "benchmarks.zo",
 }

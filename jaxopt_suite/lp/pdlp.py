@@ -347,7 +347,7 @@ def _solve(data: _Data, x0, y0, options: LPOptions):
             data, xt - s.x_anchor, yt - s.y_anchor, options.infeasibility_tolerance
         )
         finite = jnp.isfinite(error) & jnp.isfinite(primal + dual + gap)
-        status = jnp.where(optimal, int(Status.OPTIMAL), _RUNNING)
+        status = jnp.where(optimal, int(Status.OPTIMAL), _RUNNING).astype(jnp.int32)
         status = jnp.where((status == _RUNNING) & p_inf, int(Status.PRIMAL_INFEASIBLE), status)
         status = jnp.where((status == _RUNNING) & d_inf, int(Status.DUAL_INFEASIBLE), status)
         status = jnp.where(finite, status, int(Status.NUMERICAL_ERROR))
@@ -383,10 +383,10 @@ def _solve(data: _Data, x0, y0, options: LPOptions):
             iterations=iterations,
             error_restart=jnp.where(restart, error, s.error_restart),
             error_last=error,
-            status=status,
+            status=status.astype(jnp.int32),
             x_out=xt,
             y_out=yt,
-            residuals=jnp.stack([primal, dual, gap]),
+            residuals=jnp.stack([primal, dual, gap]).astype(dtype),
         )
 
     io_callback(start_clock, jax.ShapeDtypeStruct((), jnp.float32))
@@ -510,6 +510,22 @@ class LPBatchSolution(NamedTuple):
 _BATCHED_FIELDS = ("c", "var_lower", "var_upper", "c_raw", "var_lower_raw", "var_upper_raw")
 
 
+@functools.lru_cache(maxsize=16)
+def _batched_solver(options: LPOptions):
+    """One jitted ``vmap`` of the solver per options (reused across calls)."""
+    axes = _Data(**{k: (0 if k in _BATCHED_FIELDS else None) for k in _Data._fields})
+    return jax.jit(jax.vmap(lambda d, x, y: _solve(d, x, y, options), in_axes=(axes, 0, 0)))
+
+
+def _dual_bounds(lp: LP, costs, lower, upper, y) -> np.ndarray:
+    """:func:`dual_bound` for every instance of a batch (float64, vectorised)."""
+    lam = costs - (lp.A.T @ y.T).T
+    with np.errstate(invalid="ignore"):
+        rows = np.where(y > 0, y * lp.row_lower, np.where(y < 0, y * lp.row_upper, 0.0))
+        cols = np.where(lam > 0, lam * lower, np.where(lam < 0, lam * upper, 0.0))
+    return rows.sum(axis=1) + cols.sum(axis=1) + lp.objective_offset
+
+
 def solve_lp_batch(
     lp: LP,
     var_lower: Any,
@@ -543,20 +559,18 @@ def solve_lp_batch(
     costs = np.broadcast_to(lp.c, (batch, n)) if c is None else np.asarray(c, np.float64)
     if costs.shape != (batch, n):
         raise ValueError(f"c must have shape ({batch}, {n}), got {costs.shape}")
-    # Each instance is checked as an LP (NaNs, lower > upper name the instance).
-    for b in range(batch):
-        try:
-            LP(
-                costs[b],
-                lp.A,
-                lp.row_lower,
-                lp.row_upper,
-                lower[b],
-                upper[b],
-                col_names=lp.col_names,
-            )
-        except ValueError as err:
-            raise ValueError(f"instance {b}: {err}") from None
+    for name, values in (("c", costs), ("var_lower", lower), ("var_upper", upper)):
+        bad = np.argwhere(np.isnan(values) | (np.isinf(values) if name == "c" else False))
+        if bad.size:
+            b, j = (int(v) for v in bad[0])
+            raise ValueError(f"instance {b}: {name} of {lp.col_label(j)} is {values[b, j]}")
+    bad = np.argwhere((lower > upper) | (lower == np.inf) | (upper == -np.inf))
+    if bad.size:
+        b, j = (int(v) for v in bad[0])
+        raise ValueError(
+            f"instance {b}: var_lower > var_upper (or an infinite bound on the wrong side) "
+            f"for {lp.col_label(j)}: {lower[b, j]} > {upper[b, j]}"
+        )
     start = time.perf_counter()
     data, scaling = _prepare(lp, options)
     s_b, s_c = scaling.bound, scaling.objective
@@ -581,23 +595,10 @@ def solve_lp_batch(
             )
     x0 = np.clip(scaling.scale_primal(x0), np.asarray(data.var_lower), np.asarray(data.var_upper))
     y0 = scaling.scale_dual(y0)
-    axes = _Data(**{k: (0 if k in _BATCHED_FIELDS else None) for k in _Data._fields})
-    solve = jax.jit(jax.vmap(lambda d, x, y: _solve(d, x, y, options), in_axes=(axes, 0, 0)))
-    state = solve(data, jnp.asarray(x0, dtype), jnp.asarray(y0, dtype))
+    state = _batched_solver(options)(data, jnp.asarray(x0, dtype), jnp.asarray(y0, dtype))
     x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
     y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
-    bounds = np.empty(batch)
-    for b in range(batch):
-        instance = LP(
-            costs[b],
-            lp.A,
-            lp.row_lower,
-            lp.row_upper,
-            lower[b],
-            upper[b],
-            objective_offset=lp.objective_offset,
-        )
-        bounds[b] = dual_bound(instance, y[b])[0]
+    bounds = _dual_bounds(lp, costs, lower, upper, y)
     objective = np.einsum("bn,bn->b", costs, x) + lp.objective_offset
     return LPBatchSolution(
         x=x,

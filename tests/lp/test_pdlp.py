@@ -151,6 +151,7 @@ def test_batched_solve_equals_individual_solves():
         assert abs(result.objective[b] - optimum) <= 5e-4 * (1 + abs(optimum))
         assert abs(single.objective - optimum) <= 5e-4 * (1 + abs(optimum))
         assert result.dual_bound[b] <= optimum + 1e-9 * (1 + abs(optimum))
+        np.testing.assert_allclose(result.dual_bound[b], dual_bound(instance, result.y[b])[0])
         # Same algorithm, same data: iteration counts agree up to one or two evaluations
         # (the batch shares one bound scale s_b, the single solve uses its own).
         assert abs(int(result.iterations[b]) - single.iterations) <= 2 * LPOptions().eval_every
@@ -170,7 +171,19 @@ def test_batch_freezes_finished_instances_and_checks_input():
         solve_lp_batch(lp, lower[:, :5], upper[:, :5])
     bad = upper.copy()
     bad[1, 3] = -1.0
-    with pytest.raises(ValueError, match="instance 1: var_lower > var_upper for column 3"):
+    with pytest.raises(ValueError, match="instance 1: var_lower > var_upper .* for column 3"):
         solve_lp_batch(lp, lower, bad)
     with pytest.raises(ValueError, match=r"c must have shape \(2, 12\)"):
         solve_lp_batch(lp, lower, upper, np.zeros((3, 12)))
+
+
+def test_float64_solve():
+    import jax
+
+    lp = _feasible_lp(4, m=10, n=14)
+    with jax.enable_x64(True):
+        solution = solve_lp(lp, LPOptions(tolerance=1e-8))
+    assert solution.status == Status.OPTIMAL
+    optimum = _highs(lp).fun
+    # float64 reaches tolerances float32 cannot: 1e-8 relative KKT.
+    assert abs(solution.objective - optimum) <= 1e-6 * (1 + abs(optimum))

@@ -1,0 +1,339 @@
+"""Suite ``lp``: the PDLP solver against HiGHS and MPAX, batched throughput, the SpMM.
+
+Measured in one run, float64 throughout (``jax.enable_x64`` inside the suite):
+
+1. generated LPs (transportation, covering, random sparse with mixed rows; 1e2 to 1e5
+   nonzeros in full runs) and the same LPs written to and read back from MPS files: our
+   ``solve_lp`` at tolerance 1e-4 against HiGHS (dual simplex and IPM through scipy) for
+   the objective, and against MPAX ``r2HPDHG`` at the same tolerance for time (steady
+   state: each solver's second call on the instance, compilation excluded); crafted
+   infeasible and unbounded LPs for the statuses;
+2. batched throughput: B in {1, 8, 64, 256} bound-perturbed copies of one LP in one
+   ``solve_lp_batch`` call vs B sequential ``solve_lp`` calls;
+3. the SpMM ``A X``: the plain-jnp block-ELL reference, XLA dense and BCOO products at
+   several sparsities (the Pallas kernel itself is timed only where it compiles, on GPU;
+   on CPU it runs in interpret mode, which the tests use for correctness).
+
+Targets: every LP's objective within 1e-4 (relative) of HiGHS, infeasible and unbounded
+LPs detected; 64 perturbed LPs in one call >= 10x faster than 64 sequential calls;
+geometric-mean time ratio to MPAX <= 1.0; the safe dual bound <= the optimum everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax.experimental import sparse as jsparse
+from scipy.optimize import linprog
+
+from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target
+from jaxopt_suite.lp import (
+    LP,
+    LPOptions,
+    Status,
+    instances,
+    read_mps,
+    solve_lp,
+    solve_lp_batch,
+    write_mps,
+)
+from pallas_kernels import BlockELL, BlockSizes, bsr_spmm_reference
+
+TOLERANCE = 1e-4
+
+
+def _instances(quick):
+    small = [
+        instances.transportation(10, 15, seed=0),
+        instances.covering(60, 100, 0.05, seed=1),
+        instances.random_sparse(40, 60, 0.1, seed=2),
+    ]
+    if quick:
+        return small + [instances.random_sparse(300, 500, 0.02, seed=3)]
+    return small + [
+        instances.transportation(40, 60, seed=4),
+        instances.covering(600, 1000, 0.01, seed=5),
+        instances.random_sparse(1000, 3000, 0.003, seed=6),
+        instances.random_sparse(5000, 10000, 0.002, seed=7),
+    ]
+
+
+def _highs(lp: LP, method: str):
+    eq = lp.row_lower == lp.row_upper
+    up = np.isfinite(lp.row_upper) & ~eq
+    dn = np.isfinite(lp.row_lower) & ~eq
+    start = time.perf_counter()
+    result = linprog(
+        lp.c,
+        A_ub=sp.vstack([lp.A[up], -lp.A[dn]]),
+        b_ub=np.concatenate([lp.row_upper[up], -lp.row_lower[dn]]),
+        A_eq=lp.A[eq],
+        b_eq=lp.row_lower[eq],
+        bounds=list(zip(lp.var_lower, lp.var_upper, strict=True)),
+        method=method,
+    )
+    seconds = time.perf_counter() - start
+    return (
+        result.fun + lp.objective_offset if result.status == 0 else math.nan,
+        seconds,
+        result.status,
+    )
+
+
+def _mpax(lp: LP):
+    """MPAX r2HPDHG, steady state (second call of one jitted solve)."""
+    from mpax import create_lp, r2HPDHG
+
+    eq = lp.row_lower == lp.row_upper
+    ge = np.isfinite(lp.row_lower) & ~eq
+    le = np.isfinite(lp.row_upper) & ~eq
+    G = sp.vstack([lp.A[ge], -lp.A[le]])
+    h = np.concatenate([lp.row_lower[ge], -lp.row_upper[le]])
+    problem = create_lp(
+        jnp.asarray(lp.c),
+        jsparse.BCOO.from_scipy_sparse(lp.A[eq]),
+        jnp.asarray(lp.row_lower[eq]),
+        jsparse.BCOO.from_scipy_sparse(G),
+        jnp.asarray(h),
+        jnp.asarray(lp.var_lower),
+        jnp.asarray(lp.var_upper),
+    )
+    solver = r2HPDHG(eps_abs=TOLERANCE, eps_rel=TOLERANCE, verbose=False)
+    solve = jax.jit(solver.optimize)
+    jax.block_until_ready(solve(problem))
+    start = time.perf_counter()
+    result = jax.block_until_ready(solve(problem))
+    seconds = time.perf_counter() - start
+    return (
+        float(result.primal_objective) + lp.objective_offset,
+        seconds,
+        int(result.termination_status),
+    )
+
+
+def _ours(lp: LP):
+    options = LPOptions(tolerance=TOLERANCE)
+    solve_lp(lp, options)  # compile
+    start = time.perf_counter()
+    solution = solve_lp(lp, options)
+    return solution, time.perf_counter() - start
+
+
+def _accuracy(lps, progress):
+    rows = {}
+    with progress.stage("lp: accuracy and time", len(lps)) as advance:
+        for lp in lps:
+            solution, seconds = _ours(lp)
+            ds, ds_time, _ = _highs(lp, "highs-ds")
+            ipm, ipm_time, _ = _highs(lp, "highs-ipm")
+            try:
+                mpax_obj, mpax_time, mpax_status = _mpax(lp)
+            except Exception as err:  # a baseline failure is reported, not fatal
+                mpax_obj, mpax_time, mpax_status = math.nan, math.nan, repr(err)
+            rows[lp.name] = {
+                "rows": lp.num_rows,
+                "cols": lp.num_cols,
+                "nnz": int(lp.A.nnz),
+                "status": solution.status.name,
+                "objective": solution.objective,
+                "dual_bound": solution.dual_bound,
+                "iterations": solution.iterations,
+                "seconds": seconds,
+                "highs_ds": {"objective": ds, "seconds": ds_time},
+                "highs_ipm": {"objective": ipm, "seconds": ipm_time},
+                "mpax": {"objective": mpax_obj, "seconds": mpax_time, "status": mpax_status},
+                "relative_error": abs(solution.objective - ds) / (1.0 + abs(ds)),
+                "bound_below_optimum": bool(solution.dual_bound <= ds + 1e-9 * (1 + abs(ds))),
+            }
+            advance()
+    return rows
+
+
+def _statuses():
+    out = {}
+    for lp, expected in (
+        (instances.infeasible(), Status.PRIMAL_INFEASIBLE),
+        (instances.unbounded(), Status.DUAL_INFEASIBLE),
+    ):
+        solution = solve_lp(lp, LPOptions(tolerance=TOLERANCE))
+        out[lp.name] = {
+            "status": solution.status.name,
+            "expected": expected.name,
+            "iterations": solution.iterations,
+        }
+    return out
+
+
+def _batched(batches, progress):
+    base = instances.random_sparse(100, 150, 0.05, seed=11)
+    rng = np.random.default_rng(0)
+    out = {}
+    options = LPOptions(tolerance=TOLERANCE)
+    with progress.stage("lp: batched throughput", len(batches)) as advance:
+        for B in batches:
+            lower = np.tile(base.var_lower, (B, 1))
+            upper = np.tile(base.var_upper, (B, 1))
+            upper[:, :10] = rng.uniform(0.5, 3.0, (B, 10))  # branch-and-bound style
+            solve_lp_batch(base, lower, upper, options=options)  # compile
+            start = time.perf_counter()
+            batch = solve_lp_batch(base, lower, upper, options=options)
+            batch_time = time.perf_counter() - start
+            sequential = 0.0
+            for b in range(B):
+                instance = LP(base.c, base.A, base.row_lower, base.row_upper, lower[b], upper[b])
+                if b == 0:
+                    solve_lp(instance, options)  # compile
+                start = time.perf_counter()
+                solve_lp(instance, options)
+                sequential += time.perf_counter() - start
+            out[str(B)] = {
+                "batch_seconds": batch_time,
+                "sequential_seconds": sequential,
+                "speedup": sequential / batch_time,
+                "optimal": int(np.sum(batch.status == Status.OPTIMAL)),
+                "max_iterations": int(batch.iterations.max()),
+            }
+            advance()
+    return out
+
+
+def _spmm(progress):
+    n, B = 2048, 64
+    out = {}
+    densities = (0.001, 0.01, 0.05)
+    with progress.stage("lp: SpMM", len(densities)) as advance:
+        for density in densities:
+            A = sp.random(n, n, density=density, random_state=0, format="csr")
+            X = jax.random.normal(jax.random.key(0), (n, B), jnp.float64)
+            block = BlockELL.from_scipy(A, BlockSizes(32, 32))
+            dense = jnp.asarray(A.toarray())
+            bcoo = jsparse.BCOO.from_scipy_sparse(A)
+            fns = {
+                "block-ELL reference": jax.jit(bsr_spmm_reference),
+                "XLA dense": jax.jit(jnp.matmul),
+                "XLA BCOO": jax.jit(lambda M, X: M @ X),
+            }
+            operands = {"block-ELL reference": block, "XLA dense": dense, "XLA BCOO": bcoo}
+            row = {}
+            for name, fn in fns.items():
+                M = operands[name]
+                jax.block_until_ready(fn(M, X))
+                times = []
+                for _ in range(7):
+                    start = time.perf_counter()
+                    jax.block_until_ready(fn(M, X))
+                    times.append(time.perf_counter() - start)
+                row[name] = float(np.median(times))
+            row["tiles_per_block_row"] = int(block.cols.shape[1])
+            out[str(density)] = row
+            advance()
+    return out
+
+
+def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
+    batches = (1, 8, 64) if quick else (1, 8, 64, 256)
+    with jax.enable_x64(True):
+        lps = _instances(quick)
+        with tempfile.TemporaryDirectory() as tmp:
+            mps_lps = []
+            for lp in lps[:3]:
+                path = Path(tmp) / f"{lp.name}.mps"
+                write_mps(lp, path)
+                read = read_mps(path)
+                mps_lps.append(
+                    LP(
+                        read.c,
+                        read.A,
+                        read.row_lower,
+                        read.row_upper,
+                        read.var_lower,
+                        read.var_upper,
+                        name=f"{lp.name} (MPS)",
+                    )
+                )
+        accuracy = _accuracy(lps + mps_lps, progress)
+        statuses = _statuses()
+        batched = _batched(batches, progress)
+        spmm = _spmm(progress)
+    results = {"accuracy": accuracy, "statuses": statuses, "batched": batched, "spmm": spmm}
+    parameters = {
+        "tolerance": TOLERANCE,
+        "precision": "float64",
+        "baselines": "HiGHS via scipy.optimize.linprog (highs-ds, highs-ipm); MPAX r2HPDHG",
+        "timing": "steady state: second call, compilation excluded; ours includes host "
+        "preconditioning",
+        "batched_lp": "random_sparse(100, 150, 0.05), upper bounds of 10 columns perturbed",
+        "spmm": "n = 2048, B = 64, 32 x 32 tiles",
+    }
+    summary = []
+    for name, row in accuracy.items():
+        summary.append(
+            SummaryRow("PDLP", f"s, {name}", row["seconds"], "HiGHS ds", row["highs_ds"]["seconds"])
+        )
+        summary.append(
+            SummaryRow("PDLP", f"s, {name}", row["seconds"], "MPAX", row["mpax"]["seconds"])
+        )
+    for B, row in batched.items():
+        summary.append(
+            SummaryRow(
+                f"batch B={B}",
+                "s",
+                row["batch_seconds"],
+                f"{B} sequential",
+                row["sequential_seconds"],
+            )
+        )
+    for density, row in spmm.items():
+        summary.append(
+            SummaryRow(
+                "block-ELL reference",
+                f"s, SpMM density {density}",
+                row["block-ELL reference"],
+                "XLA BCOO",
+                row["XLA BCOO"],
+            )
+        )
+    worst_error = max(row["relative_error"] for row in accuracy.values())
+    status_ok = all(r["status"] == r["expected"] for r in statuses.values()) and all(
+        r["status"] == "OPTIMAL" for r in accuracy.values()
+    )
+    ratios = [
+        row["seconds"] / row["mpax"]["seconds"]
+        for row in accuracy.values()
+        if math.isfinite(row["mpax"]["seconds"])
+    ]
+    geo = float(np.exp(np.mean(np.log(ratios)))) if ratios else math.nan
+    note = "quick run: smaller LPs, B up to 64" if quick else ""
+    targets = [
+        Target.evaluate("max relative objective error vs HiGHS", worst_error, 1e-4, "<=", note),
+        Target.evaluate(
+            "statuses right (optimal, infeasible, unbounded): 1 = all",
+            float(status_ok),
+            1.0,
+            ">=",
+            note,
+        ),
+        Target.evaluate(
+            "64 sequential solves / one batched call of 64",
+            batched["64"]["speedup"],
+            10.0,
+            ">=",
+            note,
+        ),
+        Target.evaluate("geometric-mean time / MPAX's", geo, 1.0, "<=", note),
+        Target.evaluate(
+            "safe dual bound <= optimum on every LP: 1 = all",
+            float(all(r["bound_below_optimum"] for r in accuracy.values())),
+            1.0,
+            ">=",
+            note,
+        ),
+    ]
+    return SuiteResult("lp", quick, parameters, results, summary, targets, None)
