@@ -1,6 +1,7 @@
 """Linear programming in bound form: the :class:`LP` type, MPS input/output,
 preconditioning, and ``solve_lp`` (restarted Halpern PDHG) with a safe dual bound."""
 
+from jaxopt_suite.lp import instances
 from jaxopt_suite.lp.mps import MPSError, read_mps, write_mps
 from jaxopt_suite.lp.pdlp import (
     BlockOperator,
@@ -25,6 +26,7 @@ __all__ = [
     "Scaling",
     "Status",
     "dual_bound",
+    "instances",
     "precondition",
     "read_mps",
     "solve_lp",
