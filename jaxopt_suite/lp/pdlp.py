@@ -174,17 +174,30 @@ class _Data(NamedTuple):
 
 
 def _prepare(lp: LP, options: LPOptions) -> tuple[_Data, Scaling]:
+    return _prepare_cached(
+        lp,
+        options.ruiz_iterations,
+        options.pock_chambolle_alpha,
+        options.scale_bounds,
+        options.matrix,
+        jnp.result_type(float),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _prepare_cached(lp, ruiz_iterations, pock_chambolle_alpha, scale_bounds, matrix, dtype):
+    """Preconditioning, step size and device data, once per LP (an LP is immutable and
+    hashes by identity), so repeated and warm-started solves of it reuse them."""
     scaling = precondition(
         lp,
-        ruiz_iterations=options.ruiz_iterations,
-        pock_chambolle_alpha=options.pock_chambolle_alpha,
-        scale_bounds=options.scale_bounds,
+        ruiz_iterations=ruiz_iterations,
+        pock_chambolle_alpha=pock_chambolle_alpha,
+        scale_bounds=scale_bounds,
     )
-    dtype = jnp.result_type(float)
     s_b, s_c = scaling.bound, scaling.objective
     f = lambda a: jnp.asarray(a, dtype)  # noqa: E731
     data = _Data(
-        A=_device_matrix(scaling.A, options.matrix, dtype),
+        A=_device_matrix(scaling.A, matrix, dtype),
         c=f(s_c * lp.c / scaling.col),
         row_lower=f(s_b * lp.row_lower / scaling.row),
         row_upper=f(s_b * lp.row_upper / scaling.row),

@@ -187,3 +187,11 @@ def test_float64_solve():
     optimum = _highs(lp).fun
     # float64 reaches tolerances float32 cannot: 1e-8 relative KKT.
     assert abs(solution.objective - optimum) <= 1e-6 * (1 + abs(optimum))
+
+
+def test_time_limit_stops_the_solve():
+    lp = _feasible_lp(5, m=20, n=30)
+    # A limit far below one evaluation's work: the first check after compilation stops it.
+    solution = solve_lp(lp, LPOptions(time_limit=1e-9, tolerance=1e-12))
+    assert solution.status == Status.TIME_LIMIT and "time limit" in solution.message
+    assert solution.iterations == LPOptions().eval_every
