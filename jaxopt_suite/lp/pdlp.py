@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
+from jax import custom_batching
 from jax.experimental import io_callback
 from jax.experimental import sparse as jsparse
 
@@ -136,11 +137,31 @@ class BlockOperator:
         )
 
     def __matmul__(self, x: jax.Array) -> jax.Array:
-        return bsr_spmm(self.forward, x[:, None])[:, 0]
+        return _block_matvec(self.forward, x)
 
     @property
     def T(self) -> BlockOperator:
         return BlockOperator(self.backward, self.forward)
+
+
+@custom_batching.custom_vmap
+def _block_matvec(matrix: BlockELL, x: jax.Array) -> jax.Array:
+    return bsr_spmm(matrix, x[:, None])[:, 0]
+
+
+@_block_matvec.def_vmap
+def _block_matvec_batched(axis_size, in_batched, matrix, x):
+    """A batch of vectors against one shared matrix is one SpMM with the batch in the
+    lanes, ``(A X^T)^T`` (what ``solve_lp_batch`` does every iteration)."""
+    matrix_batched, x_batched = in_batched
+    if any(jax.tree.leaves(matrix_batched)):
+        out = jax.vmap(
+            lambda m, v: bsr_spmm(m, v[:, None])[:, 0], in_axes=(0, 0 if x_batched else None)
+        )(matrix, x)
+        return out, True
+    if not x_batched:
+        return _block_matvec(matrix, x), False
+    return bsr_spmm(matrix, x.T).T, True
 
 
 def _device_matrix(A: sp.csr_array, kind: str, dtype):

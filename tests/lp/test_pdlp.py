@@ -195,3 +195,32 @@ def test_time_limit_stops_the_solve():
     solution = solve_lp(lp, LPOptions(time_limit=1e-9, tolerance=1e-12))
     assert solution.status == Status.TIME_LIMIT and "time limit" in solution.message
     assert solution.iterations == LPOptions().eval_every
+
+
+def test_batched_block_products_are_one_spmm():
+    import jax
+
+    from jaxopt_suite.lp import BlockOperator
+
+    A = sp.random(30, 20, density=0.2, random_state=0, format="csr")
+    op = BlockOperator.from_scipy(A)
+    X = jax.random.normal(jax.random.key(0), (6, 20))
+    out = jax.vmap(lambda x: op @ x)(X)
+    np.testing.assert_allclose(out, X @ A.toarray().T, atol=1e-5)
+    Y = jax.random.normal(jax.random.key(1), (6, 30))
+    np.testing.assert_allclose(jax.vmap(lambda y: op.T @ y)(Y), Y @ A.toarray(), atol=1e-5)
+    # Under vmap the kernel runs once on the (n, B) panel, not once per vector.
+    jaxpr = jax.make_jaxpr(jax.vmap(lambda x: op @ x))(X)
+    calls = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    assert len(calls) == 1 and calls[0].outvars[0].aval.shape[1] == 6
+
+
+def test_batch_solve_through_the_block_kernel():
+    lp = _feasible_lp(6, m=10, n=12)
+    lower = np.tile(lp.var_lower, (3, 1))
+    upper = np.tile(lp.var_upper, (3, 1))
+    upper[:, 0] = [3.0, 2.0, 1.0]
+    block = solve_lp_batch(lp, lower, upper, options=LPOptions(matrix="block"))
+    dense = solve_lp_batch(lp, lower, upper, options=LPOptions(matrix="dense"))
+    assert np.all(block.status == Status.OPTIMAL)
+    np.testing.assert_allclose(block.objective, dense.objective, rtol=1e-3, atol=1e-3)
