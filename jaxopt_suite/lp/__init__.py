@@ -5,10 +5,15 @@ from jaxopt_suite.lp import instances
 from jaxopt_suite.lp.mps import MPSError, read_mps, write_mps
 from jaxopt_suite.lp.pdlp import (
     BlockOperator,
+    LPBatch,
     LPBatchSolution,
     LPOptions,
     LPSolution,
     Status,
+    batch_advance,
+    batch_refill,
+    batch_solution,
+    batch_start,
     dual_bound,
     solve_lp,
     solve_lp_batch,
@@ -18,6 +23,11 @@ from jaxopt_suite.lp.problem import LP
 
 __all__ = [
     "LP",
+    "LPBatch",
+    "batch_advance",
+    "batch_refill",
+    "batch_solution",
+    "batch_start",
     "BlockOperator",
     "LPBatchSolution",
     "LPOptions",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import time
 from typing import Any, NamedTuple
 
@@ -348,7 +349,32 @@ def _clock_factory():
     return start, elapsed
 
 
+def _initial_state(x0: jax.Array, y0: jax.Array) -> _State:
+    dtype = x0.dtype
+    zero = jnp.zeros([], jnp.int32)
+    return _State(
+        x=x0,
+        y=y0,
+        x_anchor=x0,
+        y_anchor=y0,
+        omega=jnp.ones([], dtype),
+        inner=zero,
+        iterations=zero,
+        error_restart=jnp.full([], jnp.inf, dtype),
+        error_last=jnp.full([], jnp.inf, dtype),
+        status=jnp.full([], _RUNNING, jnp.int32),
+        x_out=x0,
+        y_out=y0,
+        residuals=jnp.full([3], jnp.inf, dtype),
+    )
+
+
 def _solve(data: _Data, x0, y0, options: LPOptions):
+    return _advance(data, _initial_state(x0, y0), options, None)
+
+
+def _advance(data: _Data, init: _State, options: LPOptions, evaluations):
+    """Runs ``init`` until it stops, or for at most ``evaluations`` evaluation periods."""
     start_clock, elapsed = _clock_factory()
     freq = int(options.eval_every)
     tol = options.tolerance
@@ -424,23 +450,17 @@ def _solve(data: _Data, x0, y0, options: LPOptions):
         )
 
     io_callback(start_clock, jax.ShapeDtypeStruct((), jnp.float32))
-    zero = jnp.zeros([], jnp.int32)
-    init = _State(
-        x=x0,
-        y=y0,
-        x_anchor=x0,
-        y_anchor=y0,
-        omega=jnp.ones([], dtype),
-        inner=zero,
-        iterations=zero,
-        error_restart=jnp.full([], jnp.inf, dtype),
-        error_last=jnp.full([], jnp.inf, dtype),
-        status=jnp.full([], _RUNNING, jnp.int32),
-        x_out=x0,
-        y_out=y0,
-        residuals=jnp.full([3], jnp.inf, dtype),
+    if evaluations is None:
+        return jax.lax.while_loop(lambda s: s.status == _RUNNING, body, init)
+
+    def limited(carry):
+        state, count = carry
+        return (state.status == _RUNNING) & (count < evaluations)
+
+    state, _ = jax.lax.while_loop(
+        limited, lambda c: (body(c[0]), c[1] + 1), (init, jnp.zeros([], jnp.int32))
     )
-    return jax.lax.while_loop(lambda s: s.status == _RUNNING, body, init)
+    return state
 
 
 def _check_options(options: LPOptions) -> None:
@@ -544,13 +564,6 @@ class LPBatchSolution(NamedTuple):
 _BATCHED_FIELDS = ("c", "var_lower", "var_upper", "c_raw", "var_lower_raw", "var_upper_raw")
 
 
-@functools.lru_cache(maxsize=16)
-def _batched_solver(options: LPOptions):
-    """One jitted ``vmap`` of the solver per options (reused across calls)."""
-    axes = _Data(**{k: (0 if k in _BATCHED_FIELDS else None) for k in _Data._fields})
-    return jax.jit(jax.vmap(lambda d, x, y: _solve(d, x, y, options), in_axes=(axes, 0, 0)))
-
-
 def _dual_bounds(lp: LP, costs, lower, upper, y) -> np.ndarray:
     """:func:`dual_bound` for every instance of a batch (float64, vectorised)."""
     lam = costs - (lp.A.T @ y.T).T
@@ -558,6 +571,178 @@ def _dual_bounds(lp: LP, costs, lower, upper, y) -> np.ndarray:
         rows = np.where(y > 0, y * lp.row_lower, np.where(y < 0, y * lp.row_upper, 0.0))
         cols = np.where(lam > 0, lam * lower, np.where(lam < 0, lam * upper, 0.0))
     return rows.sum(axis=1) + cols.sum(axis=1) + lp.objective_offset
+
+
+def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
+    """Checked float64 ``(lower, upper, costs, x0, y0)`` for a batch of instances."""
+    m, n = lp.A.shape
+    lower = np.asarray(var_lower, np.float64)
+    upper = np.asarray(var_upper, np.float64)
+    if lower.ndim != 2 or lower.shape[1] != n or upper.shape != lower.shape:
+        raise ValueError(
+            f"var_lower and var_upper must both have shape (B, {n}), got {lower.shape} "
+            f"and {upper.shape}"
+        )
+    if batch is not None and lower.shape[0] != batch:
+        raise ValueError(f"expected {batch} instances, got {lower.shape[0]}")
+    batch = lower.shape[0]
+    costs = np.broadcast_to(lp.c, (batch, n)) if c is None else np.asarray(c, np.float64)
+    if costs.shape != (batch, n):
+        raise ValueError(f"c must have shape ({batch}, {n}), got {costs.shape}")
+    for name, values in (("c", costs), ("var_lower", lower), ("var_upper", upper)):
+        bad = np.argwhere(np.isnan(values) | (np.isinf(values) if name == "c" else False))
+        if bad.size:
+            b, j = (int(v) for v in bad[0])
+            raise ValueError(f"instance {b}: {name} of {lp.col_label(j)} is {values[b, j]}")
+    bad = np.argwhere((lower > upper) | (lower == np.inf) | (upper == -np.inf))
+    if bad.size:
+        b, j = (int(v) for v in bad[0])
+        raise ValueError(
+            f"instance {b}: var_lower > var_upper (or an infinite bound on the wrong side) "
+            f"for {lp.col_label(j)}: {lower[b, j]} > {upper[b, j]}"
+        )
+    if warm_start is None:
+        x0, y0 = np.zeros((batch, n)), np.zeros((batch, m))
+    else:
+        x0, y0 = (np.asarray(v, np.float64) for v in warm_start)
+        if x0.shape != (batch, n) or y0.shape != (batch, m):
+            raise ValueError(
+                f"warm_start must be (x[{batch}, {n}], y[{batch}, {m}]), got {x0.shape} "
+                f"and {y0.shape}"
+            )
+    return lower, upper, np.ascontiguousarray(costs), x0, y0
+
+
+class LPBatch(NamedTuple):
+    """A batch in flight (:func:`batch_start`): per-slot data and solver state on the
+    device, the host copies of each slot's bounds and costs. Advance it, refill finished
+    slots with new instances, read results; the matrix and its preconditioning are shared."""
+
+    lp: LP
+    options: LPOptions
+    scaling: Scaling
+    data: _Data  # batched fields have a leading slot axis
+    state: _State  # every field has a leading slot axis
+    var_lower: np.ndarray  # (B, n)
+    var_upper: np.ndarray  # (B, n)
+    costs: np.ndarray  # (B, n)
+
+    @property
+    def status(self) -> np.ndarray:
+        """Per-slot status; ``-1`` while a slot is still running."""
+        return np.asarray(self.state.status)
+
+
+def _scaled_data(base: _Data, scaling: Scaling, lower, upper, costs) -> _Data:
+    s_b, s_c = scaling.bound, scaling.objective
+    dtype = base.c.dtype
+    f = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+    return base._replace(
+        c=f(s_c * costs / scaling.col),
+        var_lower=f(s_b * lower * scaling.col),
+        var_upper=f(s_b * upper * scaling.col),
+        c_raw=f(costs),
+        var_lower_raw=f(lower),
+        var_upper_raw=f(upper),
+    )
+
+
+def _scaled_start(scaling: Scaling, data: _Data, x0, y0) -> _State:
+    dtype = data.c.dtype
+    x0 = np.clip(scaling.scale_primal(x0), np.asarray(data.var_lower), np.asarray(data.var_upper))
+    y0 = scaling.scale_dual(y0)
+    return jax.vmap(_initial_state)(jnp.asarray(x0, dtype), jnp.asarray(y0, dtype))
+
+
+@functools.lru_cache(maxsize=16)
+def _batched_advance(options: LPOptions):
+    axes = _Data(**{k: (0 if k in _BATCHED_FIELDS else None) for k in _Data._fields})
+    return jax.jit(jax.vmap(lambda d, s, n: _advance(d, s, options, n), in_axes=(axes, 0, None)))
+
+
+def batch_start(
+    lp: LP,
+    var_lower: Any,
+    var_upper: Any,
+    c: Any = None,
+    *,
+    options: LPOptions | None = None,
+    warm_start: tuple[Any, Any] | None = None,
+) -> LPBatch:
+    """A batch of ``B`` instances of ``lp`` (bounds ``(B, n)``, costs ``(B, n)`` or
+    ``lp.c``) ready to :func:`batch_advance`; nothing is solved yet."""
+    if not isinstance(lp, LP):
+        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
+    options = LPOptions() if options is None else options
+    _check_options(options)
+    lower, upper, costs, x0, y0 = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
+    base, scaling = _prepare(lp, options)
+    data = _scaled_data(base, scaling, lower, upper, costs)
+    state = _scaled_start(scaling, data, x0, y0)
+    return LPBatch(lp, options, scaling, data, state, lower, upper, costs)
+
+
+def batch_advance(batch: LPBatch, evaluations: int | None = None) -> LPBatch:
+    """Runs every unfinished slot for at most ``evaluations`` evaluation periods of
+    ``options.eval_every`` iterations (``None``: until every slot stops). Finished slots do
+    not change."""
+    if evaluations is not None and (
+        isinstance(evaluations, bool) or not isinstance(evaluations, int) or evaluations < 1
+    ):
+        raise ValueError(f"evaluations must be an int >= 1 or None, got {evaluations!r}")
+    limit = jnp.asarray(np.iinfo(np.int32).max if evaluations is None else evaluations, jnp.int32)
+    state = _batched_advance(batch.options)(batch.data, batch.state, limit)
+    return batch._replace(state=state)
+
+
+def batch_refill(
+    batch: LPBatch,
+    slots: Any,
+    var_lower: Any,
+    var_upper: Any,
+    c: Any = None,
+    *,
+    warm_start: tuple[Any, Any] | None = None,
+) -> LPBatch:
+    """Puts new instances into ``slots`` (indices, shape ``(k,)``) with bounds ``(k, n)``,
+    costs ``(k, n)`` (default ``lp.c``) and optional warm starts ``(x[k, n], y[k, m])``;
+    the other slots keep their state. Typically the slots that finished."""
+    slots = np.asarray(slots, np.int64).reshape(-1)
+    size = batch.var_lower.shape[0]
+    if slots.size and (slots.min() < 0 or slots.max() >= size or len(set(slots)) != slots.size):
+        raise ValueError(f"slots must be distinct indices in [0, {size}), got {slots.tolist()}")
+    lower, upper, costs, x0, y0 = _batch_inputs(
+        batch.lp, var_lower, var_upper, c, warm_start, batch=slots.size
+    )
+    all_lower, all_upper, all_costs = (
+        a.copy() for a in (batch.var_lower, batch.var_upper, batch.costs)
+    )
+    all_lower[slots], all_upper[slots], all_costs[slots] = lower, upper, costs
+    base, scaling = _prepare(batch.lp, batch.options)
+    data = _scaled_data(base, scaling, all_lower, all_upper, all_costs)
+    fresh = _scaled_start(scaling, _scaled_data(base, scaling, lower, upper, costs), x0, y0)
+    index = jnp.asarray(slots)
+    state = jax.tree.map(lambda old, new: old.at[index].set(new), batch.state, fresh)
+    return batch._replace(
+        data=data, state=state, var_lower=all_lower, var_upper=all_upper, costs=all_costs
+    )
+
+
+def batch_solution(batch: LPBatch, seconds: float = math.nan) -> LPBatchSolution:
+    """Per-slot results (in the LP's units, float64 dual bounds) of the batch's state."""
+    lp, scaling, state = batch.lp, batch.scaling, batch.state
+    x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
+    y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
+    return LPBatchSolution(
+        x=x,
+        y=y,
+        objective=np.einsum("bn,bn->b", batch.costs, x) + lp.objective_offset,
+        dual_bound=_dual_bounds(lp, batch.costs, batch.var_lower, batch.var_upper, y),
+        status=np.asarray(state.status),
+        iterations=np.asarray(state.iterations),
+        residuals=np.asarray(state.residuals, np.float64),
+        seconds=seconds,
+    )
 
 
 def solve_lp_batch(
@@ -575,72 +760,11 @@ def solve_lp_batch(
     and objective ``c[b]`` (shape ``(B, n)``; default ``lp.c`` for all). The preconditioner
     and step size come from ``lp`` once; each instance keeps its own primal weight, restart
     state and status, and an instance that finishes stops changing while the others run
-    (``vmap`` of the solver's ``while_loop``). ``warm_start=(x[B, n], y[B, m])``.
+    (``vmap`` of the solver's ``while_loop``). ``warm_start=(x[B, n], y[B, m])``. For
+    continuous batching (refilling finished slots) use :func:`batch_start`,
+    :func:`batch_advance`, :func:`batch_refill` and :func:`batch_solution`.
     """
-    if not isinstance(lp, LP):
-        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
-    options = LPOptions() if options is None else options
-    _check_options(options)
-    m, n = lp.A.shape
-    lower = np.asarray(var_lower, np.float64)
-    upper = np.asarray(var_upper, np.float64)
-    if lower.ndim != 2 or lower.shape[1] != n or upper.shape != lower.shape:
-        raise ValueError(
-            f"var_lower and var_upper must both have shape (B, {n}), got {lower.shape} "
-            f"and {upper.shape}"
-        )
-    batch = lower.shape[0]
-    costs = np.broadcast_to(lp.c, (batch, n)) if c is None else np.asarray(c, np.float64)
-    if costs.shape != (batch, n):
-        raise ValueError(f"c must have shape ({batch}, {n}), got {costs.shape}")
-    for name, values in (("c", costs), ("var_lower", lower), ("var_upper", upper)):
-        bad = np.argwhere(np.isnan(values) | (np.isinf(values) if name == "c" else False))
-        if bad.size:
-            b, j = (int(v) for v in bad[0])
-            raise ValueError(f"instance {b}: {name} of {lp.col_label(j)} is {values[b, j]}")
-    bad = np.argwhere((lower > upper) | (lower == np.inf) | (upper == -np.inf))
-    if bad.size:
-        b, j = (int(v) for v in bad[0])
-        raise ValueError(
-            f"instance {b}: var_lower > var_upper (or an infinite bound on the wrong side) "
-            f"for {lp.col_label(j)}: {lower[b, j]} > {upper[b, j]}"
-        )
     start = time.perf_counter()
-    data, scaling = _prepare(lp, options)
-    s_b, s_c = scaling.bound, scaling.objective
-    dtype = data.c.dtype
-    f = lambda a: jnp.asarray(a, dtype)  # noqa: E731
-    data = data._replace(
-        c=f(s_c * costs / scaling.col),
-        var_lower=f(s_b * lower * scaling.col),
-        var_upper=f(s_b * upper * scaling.col),
-        c_raw=f(costs),
-        var_lower_raw=f(lower),
-        var_upper_raw=f(upper),
-    )
-    if warm_start is None:
-        x0, y0 = np.zeros((batch, n)), np.zeros((batch, m))
-    else:
-        x0, y0 = (np.asarray(v, np.float64) for v in warm_start)
-        if x0.shape != (batch, n) or y0.shape != (batch, m):
-            raise ValueError(
-                f"warm_start must be (x[{batch}, {n}], y[{batch}, {m}]), got {x0.shape} "
-                f"and {y0.shape}"
-            )
-    x0 = np.clip(scaling.scale_primal(x0), np.asarray(data.var_lower), np.asarray(data.var_upper))
-    y0 = scaling.scale_dual(y0)
-    state = _batched_solver(options)(data, jnp.asarray(x0, dtype), jnp.asarray(y0, dtype))
-    x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
-    y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
-    bounds = _dual_bounds(lp, costs, lower, upper, y)
-    objective = np.einsum("bn,bn->b", costs, x) + lp.objective_offset
-    return LPBatchSolution(
-        x=x,
-        y=y,
-        objective=objective,
-        dual_bound=bounds,
-        status=np.asarray(state.status),
-        iterations=np.asarray(state.iterations),
-        residuals=np.asarray(state.residuals, np.float64),
-        seconds=time.perf_counter() - start,
-    )
+    batch = batch_start(lp, var_lower, var_upper, c, options=options, warm_start=warm_start)
+    batch = batch_advance(batch)
+    return batch_solution(batch, time.perf_counter() - start)

@@ -224,3 +224,34 @@ def test_batch_solve_through_the_block_kernel():
     dense = solve_lp_batch(lp, lower, upper, options=LPOptions(matrix="dense"))
     assert np.all(block.status == Status.OPTIMAL)
     np.testing.assert_allclose(block.objective, dense.objective, rtol=1e-3, atol=1e-3)
+
+
+def test_continuous_batching_refills_a_finished_slot():
+    from jaxopt_suite.lp import batch_advance, batch_refill, batch_solution, batch_start
+
+    lp = _feasible_lp(2, m=10, n=12)
+    lower = np.tile(lp.var_lower, (3, 1))
+    upper = np.tile(lp.var_upper, (3, 1))
+    upper[1] = 0.0  # infeasible: stops after a few evaluations
+    upper[2, 0] = 1.0
+    batch = batch_start(lp, lower, upper)
+    batch = batch_advance(batch, evaluations=2)
+    assert batch.status[1] == Status.PRIMAL_INFEASIBLE and batch.status[0] == -1
+    # Refill slot 1 with a new node while slots 0 and 2 keep their progress.
+    new_upper = lp.var_upper.copy()
+    new_upper[3] = 0.5
+    batch = batch_refill(batch, [1], lp.var_lower[None], new_upper[None])
+    assert batch.status[1] == -1
+    done = batch_solution(batch_advance(batch))
+    assert np.all(done.status == Status.OPTIMAL)
+    plain = solve_lp_batch(lp, lower, upper)
+    for b in (0, 2):  # untouched slots end exactly where an uninterrupted run ends
+        np.testing.assert_array_equal(done.x[b], plain.x[b])
+        assert done.iterations[b] == plain.iterations[b]
+    refilled = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lp.var_lower, new_upper)
+    optimum = _highs(refilled).fun
+    assert abs(done.objective[1] - optimum) <= 5e-4 * (1 + abs(optimum))
+    with pytest.raises(ValueError, match=r"slots must be distinct indices in \[0, 3\)"):
+        batch_refill(batch, [3], lp.var_lower[None], new_upper[None])
+    with pytest.raises(ValueError, match="expected 2 instances, got 1"):
+        batch_refill(batch, [0, 1], lp.var_lower[None], new_upper[None])
