@@ -90,13 +90,18 @@ class SuiteResult:
     plot: Path | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, measured_sha: str | None = None) -> dict[str, Any]:
+        """``measured_sha``: the commit when the run started (the code that was measured);
+        by default the commit now."""
+        env = environment()
+        if measured_sha is not None:
+            env["git_sha"] = measured_sha
         return {
             "suite": self.suite,
             "quick": self.quick,
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": "jaxopt-suite bench " + self.suite + (" --quick" if self.quick else ""),
-            "environment": environment(),
+            "environment": env,
             "parameters": self.parameters,
             "results": self.results,
             "summary": [dict(dataclasses.asdict(row), ratio=row.ratio) for row in self.summary],
@@ -247,10 +252,11 @@ class Progress:
             self._bar.update(task, completed=total)
 
 
-def write_result(result: SuiteResult, out_dir: Path) -> Path:
+def write_result(result: SuiteResult, out_dir: Path, measured_sha: str | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{result.suite}.json"
-    path.write_text(json.dumps(result.to_json(), indent=2, default=_json_default) + "\n")
+    payload = result.to_json(measured_sha)
+    path.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
     return path
 
 

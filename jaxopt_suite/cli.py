@@ -91,7 +91,7 @@ def _print_summary(results) -> None:
 
 def _bench(args, parser) -> int:
     benchmarks = _benchmarks()
-    from benchmarks.harness import DEFAULT_RESULTS_DIR, Progress, write_result
+    from benchmarks.harness import DEFAULT_RESULTS_DIR, Progress, git_sha, write_result
 
     names = args.suites or sorted(benchmarks.SUITES)
     unknown = [name for name in names if name not in benchmarks.SUITES]
@@ -103,11 +103,14 @@ def _bench(args, parser) -> int:
     out_dir = Path(args.out) if args.out else DEFAULT_RESULTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
+    # The commit measured is the one checked out when the run starts, whatever happens to
+    # the working tree while it runs.
+    measured_sha = git_sha()
     with Progress(enabled=not args.no_progress) as progress:
         for name in names:
             suite = benchmarks.load_suite(name)
             result = suite.run(quick=args.quick, out_dir=out_dir, progress=progress)
-            path = write_result(result, out_dir)
+            path = write_result(result, out_dir, measured_sha)
             results.append(result)
             print(f"wrote {path}" + (f" and {out_dir / result.plot.name}" if result.plot else ""))
     _print_summary(results)

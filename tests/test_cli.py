@@ -145,3 +145,20 @@ def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch):
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="no benchmark markers"):
         cli.main(["report", "--results", str(results), "--readme", str(readme)])
+
+
+def test_json_records_the_commit_checked_out_when_the_run_started(tmp_path, monkeypatch):
+    import benchmarks.harness as harness
+
+    calls = []
+
+    def moving_head():
+        calls.append(None)
+        return "start-sha" if len(calls) == 1 else "later-sha"
+
+    monkeypatch.setattr(harness, "git_sha", moving_head)
+    monkeypatch.setitem(benchmarks.SUITES, "tiny", "tests.tiny_suite")
+    monkeypatch.setitem(sys.modules, "tests.tiny_suite", _tiny_suite([]))
+    assert cli.main(["bench", "tiny", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    payload = json.loads((tmp_path / "tiny.json").read_text())
+    assert payload["environment"]["git_sha"] == "start-sha" and len(calls) >= 2
