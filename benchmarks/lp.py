@@ -39,6 +39,7 @@ from jaxopt_suite.lp import (
     LPOptions,
     Status,
     instances,
+    pdlp,
     read_mps,
     solve_lp,
     solve_lp_batch,
@@ -121,6 +122,9 @@ def _mpax(lp: LP):
 def _ours(lp: LP):
     options = LPOptions(tolerance=TOLERANCE)
     solve_lp(lp, options)  # compile
+    # The timed call pays for preconditioning and the step-size estimate again, as a new
+    # LP would (MPAX's jitted optimize also rescales inside every call).
+    pdlp._prepare_cached.cache_clear()
     start = time.perf_counter()
     solution = solve_lp(lp, options)
     return solution, time.perf_counter() - start
@@ -267,8 +271,8 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
         "tolerance": TOLERANCE,
         "precision": "float64",
         "baselines": "HiGHS via scipy.optimize.linprog (highs-ds, highs-ipm); MPAX r2HPDHG",
-        "timing": "steady state: second call, compilation excluded; ours includes host "
-        "preconditioning",
+        "timing": "steady state: second call, compilation excluded; ours pays host "
+        "preconditioning and the step-size estimate again (cache cleared before the call)",
         "batched_lp": "random_sparse(100, 150, 0.05), upper bounds of 10 columns perturbed",
         "spmm": "n = 2048, B = 64, 32 x 32 tiles",
     }
