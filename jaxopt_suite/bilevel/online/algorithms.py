@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxopt_suite.bilevel.online.problem import OnlineBilevelProblem, check_online_problem
+from jaxopt_suite.bilevel.online.problem import _check_count as _count
 from jaxopt_suite.bilevel.problem import cross_term, hvp, joint_vjp
 
 OK = 0
@@ -113,14 +114,6 @@ def _positive(name: str, value: Any) -> float:
     return float(value)
 
 
-def _count(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a Python int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
 def _norm(tree: Any) -> jax.Array:
     return jnp.sqrt(sum(jnp.vdot(a, a).real for a in jax.tree.leaves(tree)))
 
@@ -144,24 +137,29 @@ def _poison(tree: Any, residual: Any) -> Any:
     return jax.tree.map(lambda a: jnp.where(finite, a, jnp.nan).astype(a.dtype), tree)
 
 
+def _descend_until(residual, z, lr, tol, max_steps):
+    """``z <- z - lr * residual(z)`` while ``||residual(z)|| > tol``, at most ``max_steps``
+    steps. Returns ``(z, residual evaluations)``; a NaN residual poisons ``z``."""
+
+    def cond(carry):
+        _, r, k = carry
+        return (_norm(r) > tol) & (k < max_steps)
+
+    def body(carry):
+        z_, r, k = carry
+        z_ = _axpy(-lr, r, z_)
+        return z_, residual(z_), k + 1
+
+    z, r, k = jax.lax.while_loop(cond, body, (z, residual(z), _int(0)))
+    return _poison(z, r), k + 1
+
+
 def _inner_until(problem, x, y, data, lr, tol, max_steps):
     """Gradient descent on ``g(x, ., data)`` from ``y`` until ``||nabla_y g|| <= tol``
     (at most ``max_steps`` steps). Returns ``(y, gradient evaluations)``."""
-
-    def grad(y_):
-        return jax.grad(problem.inner_loss, 1)(x, y_, data)
-
-    def cond(carry):
-        _, g, k = carry
-        return (_norm(g) > tol) & (k < max_steps)
-
-    def body(carry):
-        y_, g, k = carry
-        y_ = _axpy(-lr, g, y_)
-        return y_, grad(y_), k + 1
-
-    y, g, k = jax.lax.while_loop(cond, body, (y, grad(y), _int(0)))
-    return _poison(y, g), k + 1
+    return _descend_until(
+        lambda y_: jax.grad(problem.inner_loss, 1)(x, y_, data), y, lr, tol, max_steps
+    )
 
 
 def _aux_until(problem, x, y, v, grad_y_f, data, lr, tol, max_steps):
@@ -171,17 +169,7 @@ def _aux_until(problem, x, y, v, grad_y_f, data, lr, tol, max_steps):
     def residual(v_):
         return _axpy(1.0, grad_y_f, hvp(lambda y_: problem.inner_loss(x, y_, data), y, v_))
 
-    def cond(carry):
-        _, r, k = carry
-        return (_norm(r) > tol) & (k < max_steps)
-
-    def body(carry):
-        v_, r, k = carry
-        v_ = _axpy(-lr, r, v_)
-        return v_, residual(v_), k + 1
-
-    v, r, k = jax.lax.while_loop(cond, body, (v, residual(v), _int(0)))
-    return _poison(v, r), k + 1
+    return _descend_until(residual, v, lr, tol, max_steps)
 
 
 def _grad_f(problem, x, y, data):

@@ -8,7 +8,6 @@ standard local regret. ``x_t`` is the point played before ``(f_t, g_t)`` is reve
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -20,6 +19,7 @@ from jaxopt_suite.bilevel.online.algorithms import OK, OnlineSolver, OnlineState
 from jaxopt_suite.bilevel.online.problem import (
     ExactOracle,
     OnlineBilevelProblem,
+    _check_count,
     window_hypergradient,
 )
 
@@ -72,9 +72,9 @@ def run_online(
         raise TypeError(
             f"solver must be an OnlineSolver (aobo(...), wobo(...), ...), got {solver!r}"
         )
-    num_rounds = _count("num_rounds", num_rounds)
-    window = _count("window", window)
-    regret_every = _count("regret_every", regret_every)
+    num_rounds = _check_count("num_rounds", num_rounds)
+    window = _check_count("window", window)
+    regret_every = _check_count("regret_every", regret_every)
     if problem.num_rounds is not None and num_rounds > problem.num_rounds:
         raise ValueError(
             f"num_rounds={num_rounds} exceeds the stream's length ({problem.num_rounds} rounds)"
@@ -82,9 +82,8 @@ def run_online(
     if on_failure not in ("raise", "return"):
         raise ValueError(f"on_failure must be 'raise' or 'return', got {on_failure!r}")
     if eval_fn is not None:
-        eval_every = (
-            max(1, num_rounds // 20) if eval_every is None else _count("eval_every", eval_every)
-        )
+        default = max(1, num_rounds // 20)
+        eval_every = default if eval_every is None else _check_count("eval_every", eval_every)
     state = solver.init(problem, x0, y0)
     dtype = jnp.result_type(*jax.tree.leaves(state.x))
     nan = jnp.full([], jnp.nan, dtype)
@@ -155,14 +154,6 @@ def run_online(
         status,
         message,
     )
-
-
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a Python int, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return int(value)
 
 
 def fit_power_law(xs: Any, ys: Any) -> tuple[float, float]:
