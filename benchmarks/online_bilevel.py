@@ -3,23 +3,31 @@
 Measured in one run:
 
 1. standard local regret ``sum_t ||nabla F_t(x_t)||^2`` (exact, closed-form oracle) vs the
-   horizon T on quadratic streams with drift V_T = 0 (static), V_T ~ sqrt(T) and V_T ~ T,
-   with every learner's oracle counts; OAGD and SOBOW get per-round inner work matched to
-   AOBO's average gradient budget at each (stream, T). Each learner's outer step size is
-   the one of a small grid with the least regret on the sqrt stream at T = 1000;
-2. window regret ``sum_t ||nabla F_{t,W}(x_t)||^2`` vs W in {2, 4, 8, 16} on a stream with
-   i.i.d. drift, WOBO (iterate and single loop) against OAGD and SOBOW at the same W;
-3. online hyper-data cleaning and online loss tuning (Fashion-MNIST when present, else
+   horizon T on quadratic streams with drift V_T = 0 (static), V_T ~ sqrt(T), V_T ~ T
+   (linear) and i.i.d. drift (V_T ~ T), with every learner's oracle counts; OAGD and SOBOW
+   get per-round inner work matched to AOBO's average gradient budget at each (stream, T).
+   Each learner's outer step size is the one of a small grid with the least regret on the
+   sqrt stream at T = 1000;
+2. the baselines' T/W term: OAGD and SOBOW's window-W regret
+   ``sum_t ||nabla F_{t,W}(x_t)||^2`` over the grid T x W on the i.i.d. stream, with
+   per-round work matched to AOBO's budget on that stream at each T, and the exponents p, q
+   of a least-squares fit ``regret ~ c T^p W^q``. The T/W term of their bounds is the cost
+   of stale, window-averaged hypergradients on a stream whose functions keep changing; on
+   the static and smooth-drift streams of part 1 it is not active (their regret there
+   tracks V_T, as AOBO's does, and is reported), so part 2 is where it is measured;
+3. window regret vs W in {2, 4, 8, 16} on the i.i.d. stream, WOBO (iterate and single loop)
+   against OAGD and SOBOW at the same W;
+4. online hyper-data cleaning and online loss tuning (Fashion-MNIST when present, else
    digits): validation / test accuracy and estimated regret (implicit oracle on sampled
    rounds), each learner at its best inner step size of a grid (by final validation
    accuracy).
 
 Targets: AOBO's regret / (1 + V_T) does not grow with T (fitted exponent in T <= 0.1 on
-every stream) while OAGD / SOBOW at the same budget grow (exponent >= 0.5, the T/W term);
-AOBO's inner gradients grow as T log T (N(T) / (T ln T) within a factor 1.5 over T on the
-sqrt stream; the exponent is reported); WOBO's window-regret slope in W within 20% of -2
-(iterate) and of -1 (single loop); on the learned tasks the final validation accuracy of
-AOBO and of WOBO >= the best of OAGD / SOBOW.
+every stream) while OAGD / SOBOW at the same budget grow with T/W (p within 20% of 1 and q
+within 20% of -1, both methods); AOBO's inner gradients grow as T log T
+(N(T) / (T ln T) within a factor 1.5 over T on the sqrt stream; the exponent is reported);
+WOBO's window-regret slope in W within 20% of -2 (iterate) and of -1 (single loop); on the
+learned tasks the final validation accuracy of AOBO and of WOBO >= the best of OAGD / SOBOW.
 """
 
 from __future__ import annotations
@@ -80,7 +88,7 @@ def _learner(name, outer_lr, *, window=BASE_WINDOW, budget=None, inner_lr=INNER_
 
 
 REGRET_METHODS = ("AOBO", "FSOBO", "WOBO", "OAGD", "SOBOW")
-DRIFTS = ("static", "sqrt", "linear")
+DRIFTS = ("static", "sqrt", "linear", "iid")
 
 
 def _regret_vs_horizon(horizons, progress):
@@ -155,6 +163,80 @@ def _regret_vs_horizon(horizons, progress):
         "exponent_regret_over_1_plus_V": fits,
         "aobo_inner_exponent": ob.fit_power_law(horizons, inner)[0],
         "aobo_inner_over_TlnT": per_tlogt.tolist(),
+    }
+
+
+GROWTH_METHODS = ("OAGD", "SOBOW")
+
+
+def _fit_T_W(points):
+    """Least-squares ``log r = a + p log T + q log W`` over ``(T, W, r)``; ``(p, q)``."""
+    t, w, r = (np.array(c, float) for c in zip(*points, strict=True))
+    if not (np.all(np.isfinite(r)) and np.all(r > 0)):
+        return math.nan, math.nan
+    design = np.stack([np.ones_like(t), np.log(t), np.log(w)], axis=1)
+    coef = np.linalg.lstsq(design, np.log(r), rcond=None)[0]
+    return float(coef[1]), float(coef[2])
+
+
+def _baseline_growth(horizons, windows, aobo_per_round, progress):
+    """OAGD / SOBOW window-W regret over T x W on the i.i.d. stream at AOBO's budget.
+
+    ``aobo_per_round[T]``: AOBO's oracle calls per round on this stream at horizon T (part
+    1). Each (method, W) takes the outer step of ``OUTER_GRID`` with the least window
+    regret at the selection horizon (1000), then keeps it for every T.
+    """
+    s = ob.quadratic_stream(drift="iid", **STREAM)
+    select_T = 1000 if 1000 in horizons else horizons[-1]
+
+    def go(name, lr, W, T):
+        return ob.run_online(
+            s.problem,
+            _learner(name, lr, window=W, budget=aobo_per_round[T]),
+            s.x0,
+            s.y0,
+            T,
+            oracle=s.oracle,
+            window=W,
+            on_failure="return",
+        )
+
+    def record(r, T):
+        return {
+            "regret": r.regret,
+            "status": r.message,
+            "per_round": int(r.history["total"][-1]) / T,
+        }
+
+    out = {name: {str(W): {} for W in windows} for name in GROWTH_METHODS}
+    chosen = {name: {} for name in GROWTH_METHODS}
+    total = len(GROWTH_METHODS) * len(windows) * (len(OUTER_GRID) + len(horizons) - 1)
+    with progress.stage("online_bilevel: baselines' T/W growth", total) as advance:
+        for name in GROWTH_METHODS:
+            for W in windows:
+                scores = {}
+                for lr in OUTER_GRID:
+                    r = go(name, lr, W, select_T)
+                    ok = r.status == ob.OK and math.isfinite(r.regret)
+                    scores[lr] = (r.regret if ok else math.inf, record(r, select_T))
+                    advance()
+                lr = min(scores, key=lambda k: scores[k][0])
+                chosen[name][str(W)] = lr
+                out[name][str(W)][str(select_T)] = scores[lr][1]
+                for T in horizons:
+                    if T != select_T:
+                        out[name][str(W)][str(T)] = record(go(name, lr, W, T), T)
+                        advance()
+    fits = {}
+    for name in GROWTH_METHODS:
+        pts = [(T, W, out[name][str(W)][str(T)]["regret"]) for T in horizons for W in windows]
+        p, q = _fit_T_W(pts)
+        fits[name] = {"p_T": p, "q_W": q}
+    return {
+        "aobo_per_round": {str(T): b for T, b in aobo_per_round.items()},
+        "outer_lr": chosen,
+        "runs": out,
+        "fit": fits,
     }
 
 
@@ -307,8 +389,12 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
             "b = AOBO's total oracle calls per round on the same stream and T"
         ),
     }
+    regret_vs_T = _regret_vs_horizon(horizons, progress)
+    iid = regret_vs_T["streams"]["iid"]
+    aobo_per_round = {T: iid[str(T)]["AOBO"]["total"] / T for T in horizons}
     results = {
-        "regret_vs_T": _regret_vs_horizon(horizons, progress),
+        "regret_vs_T": regret_vs_T,
+        "baseline_growth": _baseline_growth(horizons, windows, aobo_per_round, progress),
         "regret_vs_W": _regret_vs_window(windows, window_T, progress),
         "tasks": _learned_tasks(split, task_T, task_batch, inner_grid, progress),
     }
@@ -327,6 +413,18 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
                         rt["streams"][d][T_max]["AOBO"]["regret"],
                     )
                 )
+    bg = results["baseline_growth"]
+    for name in GROWTH_METHODS:
+        for W in (windows[0], windows[-1]):
+            summary.append(
+                SummaryRow(
+                    name,
+                    f"window regret, iid stream, W={W}, T={T_max} (AOBO's budget)",
+                    bg["runs"][name][str(W)][T_max]["regret"],
+                    "T / W",
+                    int(T_max) / W,
+                )
+            )
     rw = results["regret_vs_W"]
     for name in ("WOBO single-loop", "OAGD", "SOBOW"):
         summary.append(
@@ -355,7 +453,10 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     note = "quick run: horizons up to 1e3, digits" if quick else ""
     fits = rt["exponent_regret_over_1_plus_V"]
     aobo_growth = max(fits[d]["AOBO"] for d in DRIFTS)
-    baseline_growth = min(fits[d][n] for d in DRIFTS for n in ("OAGD", "SOBOW"))
+    growth = results["baseline_growth"]["fit"]
+    growth_error = max(
+        max(abs(growth[n]["p_T"] - 1.0), abs(growth[n]["q_W"] + 1.0)) for n in GROWTH_METHODS
+    )
     spread = max(rt["aobo_inner_over_TlnT"]) / min(rt["aobo_inner_over_TlnT"])
     slopes = rw["slopes"]
 
@@ -375,11 +476,11 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
             note,
         ),
         Target.evaluate(
-            "OAGD / SOBOW (same budget): min over streams of the exponent in T of "
-            "regret / (1 + V_T)",
-            baseline_growth,
-            0.5,
-            ">=",
+            "OAGD / SOBOW (AOBO's budget), iid stream: window regret ~ T^p W^q, "
+            "max over both of |p - 1| and |q + 1|",
+            growth_error,
+            0.2,
+            "<=",
             note,
         ),
         Target.evaluate(
@@ -432,9 +533,8 @@ def _plot(results, horizons, windows, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rt, rw = results["regret_vs_T"], results["regret_vs_W"]
-    fig, axes = plt.subplots(
-        1, 3 + len(results["tasks"]), figsize=(5 * (3 + len(results["tasks"])), 4)
-    )
+    panels = 4 + len(results["tasks"])
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
     for ax, d in zip(axes[:2], ("static", "sqrt"), strict=True):
         v = np.array([rt["streams"][d]["V_T"][str(T)] for T in horizons])
         for name in REGRET_METHODS:
@@ -443,7 +543,21 @@ def _plot(results, horizons, windows, path: Path) -> None:
         ax.set(xscale="log", yscale="log", xlabel="T", ylabel="regret / (1 + V_T)")
         ax.set_title(f"{d} stream")
         ax.legend(fontsize=7)
-    ax = axes[2]
+    ax, bg = axes[2], results["baseline_growth"]
+    for name, marker in zip(GROWTH_METHODS, ("o", "s"), strict=True):
+        fit = bg["fit"][name]
+        for W in windows:
+            ax.plot(
+                [T / W for T in horizons],
+                [bg["runs"][name][str(W)][str(T)]["regret"] for T in horizons],
+                marker=marker,
+                label=f"{name} W={W}" if W == windows[0] else None,
+            )
+        ax.plot([], [], " ", label=f"{name}: p={fit['p_T']:.2f}, q={fit['q_W']:.2f}")
+    ax.set(xscale="log", yscale="log", xlabel="T / W", ylabel="window-W regret")
+    ax.set_title("OAGD / SOBOW at AOBO's budget, iid stream")
+    ax.legend(fontsize=7)
+    ax = axes[3]
     for name in WINDOW_METHODS:
         ax.plot(
             windows,
@@ -454,7 +568,7 @@ def _plot(results, horizons, windows, path: Path) -> None:
     ax.set(xscale="log", yscale="log", xlabel="W", ylabel="window regret")
     ax.set_title(f"window regret, iid stream, T={rw['T']}")
     ax.legend(fontsize=7)
-    for ax, (task_name, row) in zip(axes[3:], results["tasks"].items(), strict=True):
+    for ax, (task_name, row) in zip(axes[4:], results["tasks"].items(), strict=True):
         for name in TASK_METHODS:
             ax.plot(row[name]["eval_round"], row[name]["val_accuracy"], label=name)
         ax.set(xlabel="round", ylabel="val accuracy")
