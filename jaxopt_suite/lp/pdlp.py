@@ -37,6 +37,7 @@ from jax import custom_batching
 from jax.experimental import io_callback
 from jax.experimental import sparse as jsparse
 
+from jaxopt_suite.lp.operator import EllOperator
 from jaxopt_suite.lp.precondition import Scaling, precondition
 from jaxopt_suite.lp.problem import LP
 from pallas_kernels import BlockELL, BlockSizes, bsr_spmm
@@ -75,8 +76,10 @@ class LPOptions(NamedTuple):
     ruiz_iterations: int = 10
     pock_chambolle_alpha: float | None = 1.0
     scale_bounds: bool = True
-    # "dense", "sparse" (BCOO), "block" (the Pallas block-ELL kernel; interpret mode off
-    # GPU, slow there) or "auto" (dense up to 4e6 entries, else sparse)
+    # "dense", "ell" (EllOperator, plain jnp gathers), "sparse" (XLA's BCOO), "block" (the
+    # Pallas block-ELL kernel; interpret mode off GPU, slow there) or "auto" (dense when A
+    # has at most 4e6 entries and a density of at least DENSE_DENSITY, or
+    # DENSE_DENSITY_BATCHED in a batch; else "ell")
     matrix: str = "auto"
 
 
@@ -165,15 +168,33 @@ def _block_matvec_batched(axis_size, in_batched, matrix, x):
     return bsr_spmm(matrix, x.T).T, True
 
 
+# matrix="auto" stores A dense (at most 4e6 entries) from this density on, for one LP and
+# for a batch. A dense product streams every entry at full vector speed, a gather costs
+# several times more per stored entry; batched, XLA on CPU also fuses the producer of the
+# vector into the gather, so the dense product wins down to lower densities there.
+DENSE_DENSITY = 0.1
+DENSE_DENSITY_BATCHED = 0.02
+MATRIX_KINDS = ("auto", "dense", "ell", "sparse", "block")
+
+
+def _matrix_kind(A: sp.csr_array, kind: str, batched: bool) -> str:
+    if kind not in MATRIX_KINDS:
+        raise ValueError(f"matrix must be one of {MATRIX_KINDS}, got {kind!r}")
+    if kind != "auto":
+        return kind
+    size = A.shape[0] * A.shape[1]
+    density = DENSE_DENSITY_BATCHED if batched else DENSE_DENSITY
+    return "dense" if size <= 4_000_000 and A.nnz >= density * size else "ell"
+
+
 def _device_matrix(A: sp.csr_array, kind: str, dtype):
-    if kind not in ("auto", "dense", "sparse", "block"):
-        raise ValueError(f"matrix must be 'auto', 'dense', 'sparse' or 'block', got {kind!r}")
     if kind == "block":
         return BlockOperator.from_scipy(A, dtype=dtype)
-    dense = kind == "dense" or (kind == "auto" and A.shape[0] * A.shape[1] <= 4_000_000)
-    if dense:
+    if kind == "sparse":
+        return jsparse.BCOO.from_scipy_sparse(A.astype(dtype))
+    if kind == "dense":
         return jnp.asarray(A.toarray(), dtype)
-    return jsparse.BCOO.from_scipy_sparse(A.astype(dtype))
+    return EllOperator.from_scipy(A, dtype)
 
 
 class _Data(NamedTuple):
@@ -195,13 +216,13 @@ class _Data(NamedTuple):
     eta: jax.Array
 
 
-def _prepare(lp: LP, options: LPOptions) -> tuple[_Data, Scaling]:
+def _prepare(lp: LP, options: LPOptions, batched: bool = False) -> tuple[_Data, Scaling]:
     return _prepare_cached(
         lp,
         options.ruiz_iterations,
         options.pock_chambolle_alpha,
         options.scale_bounds,
-        options.matrix,
+        _matrix_kind(lp.A, options.matrix, batched),
         jnp.result_type(float),
     )
 
@@ -217,25 +238,26 @@ def _prepare_cached(lp, ruiz_iterations, pock_chambolle_alpha, scale_bounds, mat
         scale_bounds=scale_bounds,
     )
     s_b, s_c = scaling.bound, scaling.objective
-    f = lambda a: jnp.asarray(a, dtype)  # noqa: E731
-    data = _Data(
-        A=_device_matrix(scaling.A, matrix, dtype),
-        c=f(s_c * lp.c / scaling.col),
-        row_lower=f(s_b * lp.row_lower / scaling.row),
-        row_upper=f(s_b * lp.row_upper / scaling.row),
-        var_lower=f(s_b * lp.var_lower * scaling.col),
-        var_upper=f(s_b * lp.var_upper * scaling.col),
-        row=f(scaling.row / s_b),
-        col=f(scaling.col / s_c),
-        x_unscale=f(1.0 / (s_b * scaling.col)),
-        y_unscale=f(1.0 / (s_c * scaling.row)),
-        c_raw=f(lp.c),
-        row_lower_raw=f(lp.row_lower),
-        row_upper_raw=f(lp.row_upper),
-        var_lower_raw=f(lp.var_lower),
-        var_upper_raw=f(lp.var_upper),
-        eta=f(0.998 / _power_norm(scaling.A)),
-    )
+    vectors = {
+        "c": s_c * lp.c / scaling.col,
+        "row_lower": s_b * lp.row_lower / scaling.row,
+        "row_upper": s_b * lp.row_upper / scaling.row,
+        "var_lower": s_b * lp.var_lower * scaling.col,
+        "var_upper": s_b * lp.var_upper * scaling.col,
+        "row": scaling.row / s_b,
+        "col": scaling.col / s_c,
+        "x_unscale": 1.0 / (s_b * scaling.col),
+        "y_unscale": 1.0 / (s_c * scaling.row),
+        "c_raw": lp.c,
+        "row_lower_raw": lp.row_lower,
+        "row_upper_raw": lp.row_upper,
+        "var_lower_raw": lp.var_lower,
+        "var_upper_raw": lp.var_upper,
+        "eta": np.float64(0.998 / _power_norm(scaling.A)),
+    }
+    # one transfer for all vectors (a device_put per array costs more than the data)
+    on_device = jax.device_put({k: np.asarray(v, dtype) for k, v in vectors.items()})
+    data = _Data(A=_device_matrix(scaling.A, matrix, dtype), **on_device)
     return data, scaling
 
 
@@ -463,6 +485,9 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations):
     return state
 
 
+_solve_jit = jax.jit(_solve, static_argnums=3)
+
+
 def _check_options(options: LPOptions) -> None:
     if not options.tolerance > 0:
         raise ValueError(f"tolerance must be > 0, got {options.tolerance}")
@@ -475,6 +500,8 @@ def _check_options(options: LPOptions) -> None:
             "max_iterations and eval_every must be >= 1, got "
             f"{options.max_iterations} and {options.eval_every}"
         )
+    if options.matrix not in MATRIX_KINDS:
+        raise ValueError(f"matrix must be one of {MATRIX_KINDS}, got {options.matrix!r}")
     if options.time_limit is not None and not options.time_limit > 0:
         raise ValueError(f"time_limit must be > 0 (or None), got {options.time_limit}")
 
@@ -519,8 +546,8 @@ def solve_lp(
     )
     y0 = scaling.scale_dual(y0)
     dtype = data.c.dtype
-    state = jax.jit(_solve, static_argnums=3)(
-        data, jnp.asarray(x0, dtype), jnp.asarray(y0, dtype), options
+    state = _solve_jit(
+        data, *jax.device_put((np.asarray(x0, dtype), np.asarray(y0, dtype))), options
     )
     x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
     y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
@@ -676,7 +703,7 @@ def batch_start(
     options = LPOptions() if options is None else options
     _check_options(options)
     lower, upper, costs, x0, y0 = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
-    base, scaling = _prepare(lp, options)
+    base, scaling = _prepare(lp, options, batched=True)
     data = _scaled_data(base, scaling, lower, upper, costs)
     state = _scaled_start(scaling, data, x0, y0)
     return LPBatch(lp, options, scaling, data, state, lower, upper, costs)
@@ -718,7 +745,7 @@ def batch_refill(
         a.copy() for a in (batch.var_lower, batch.var_upper, batch.costs)
     )
     all_lower[slots], all_upper[slots], all_costs[slots] = lower, upper, costs
-    base, scaling = _prepare(batch.lp, batch.options)
+    base, scaling = _prepare(batch.lp, batch.options, batched=True)
     data = _scaled_data(base, scaling, all_lower, all_upper, all_costs)
     fresh = _scaled_start(scaling, _scaled_data(base, scaling, lower, upper, costs), x0, y0)
     index = jnp.asarray(slots)
@@ -753,6 +780,7 @@ def solve_lp_batch(
     *,
     options: LPOptions | None = None,
     warm_start: tuple[Any, Any] | None = None,
+    compact: bool = True,
 ) -> LPBatchSolution:
     """Solves ``B`` LPs that share ``lp``'s matrix and row bounds, in one jitted call.
 
@@ -763,8 +791,58 @@ def solve_lp_batch(
     (``vmap`` of the solver's ``while_loop``). ``warm_start=(x[B, n], y[B, m])``. For
     continuous batching (refilling finished slots) use :func:`batch_start`,
     :func:`batch_advance`, :func:`batch_refill` and :func:`batch_solution`.
+
+    ``compact=True``: a vmapped loop costs as much for a finished instance as for a running
+    one, so whenever at most half of the working batch still runs, the running instances
+    move into a batch of the next power of two (each new size compiles once); ``False``
+    runs all ``B`` together to the end.
     """
     start = time.perf_counter()
     batch = batch_start(lp, var_lower, var_upper, c, options=options, warm_start=warm_start)
-    batch = batch_advance(batch)
+    batch = _run_compacting(batch) if compact else batch_advance(batch)
     return batch_solution(batch, time.perf_counter() - start)
+
+
+@jax.jit
+def _take_slots(tree, index):
+    return jax.tree.map(lambda a: a[index], tree)
+
+
+@jax.jit
+def _put_slots(full, index, part):
+    return jax.tree.map(lambda f, p: f.at[index].set(p), full, part)
+
+
+_COMPACT_MIN = 16  # batches smaller than this run to the end in one call
+
+
+def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
+    """Runs ``batch`` to the end, ``evaluations`` periods per call, moving the running
+    instances into a batch of half the size or less (at least ``_COMPACT_MIN // 2``)
+    whenever at most half of the slots still run; a batch under ``_COMPACT_MIN`` slots
+    then runs to the end in one call (below that, the calls cost more than they save)."""
+    advance = _batched_advance(batch.options)
+    chunk = jnp.asarray(evaluations, jnp.int32)
+    to_the_end = jnp.asarray(np.iinfo(np.int32).max, jnp.int32)
+    full = batch.state
+    active = np.arange(batch.var_lower.shape[0])  # original index of each working slot
+    data, state = batch.data, batch.state
+    while True:
+        small = active.size < _COMPACT_MIN
+        state = advance(data, state, to_the_end if small else chunk)
+        running = np.asarray(state.status) == _RUNNING
+        count = int(running.sum())
+        if count == 0 or small:
+            break
+        if 2 * count <= running.size:
+            size = max(_COMPACT_MIN // 2, 1 << (count - 1).bit_length())
+            # padding slots copy a finished slot: frozen, so writing them back is a no-op
+            pick = np.concatenate(
+                [np.flatnonzero(running), np.full(size - count, np.flatnonzero(~running)[0])]
+            )
+            full = _put_slots(full, jnp.asarray(active), state)
+            batched = {k: getattr(data, k) for k in _BATCHED_FIELDS}
+            state, batched = _take_slots((state, batched), jnp.asarray(pick))
+            data = data._replace(**batched)
+            active = active[pick]
+    return batch._replace(state=_put_slots(full, jnp.asarray(active), state))

@@ -49,8 +49,15 @@ class Scaling:
         return np.asarray(y) / (self.row * self.objective)
 
 
-def _abs_max(matrix: sp.csr_array, axis: int) -> np.ndarray:
-    out = np.asarray(abs(matrix).max(axis=axis).todense()).ravel()
+def _segment_max(values: np.ndarray, pointers: np.ndarray) -> np.ndarray:
+    """Max of ``values[pointers[i]:pointers[i + 1]]`` per segment; 0 for empty ones."""
+    out = np.zeros(len(pointers) - 1)
+    starts = pointers[:-1]
+    nonempty = starts < pointers[1:]
+    if np.any(nonempty):
+        # reduceat over the nonempty starts only: each runs to the next nonempty start,
+        # which is its own end because empty segments hold no entries in between.
+        out[nonempty] = np.maximum.reduceat(values, starts[nonempty])
     return out
 
 
@@ -67,28 +74,42 @@ def precondition(
     scale_bounds: bool = True,
 ) -> Scaling:
     """The :class:`Scaling` of ``lp`` (see the module docstring). Empty rows and columns
-    keep scale 1."""
+    keep scale 1.
+
+    Works on the CSR arrays directly (row segments, and column segments through one
+    stable sort), so a small LP costs tens of microseconds per pass rather than the
+    milliseconds of sparse-matrix products.
+    """
     if ruiz_iterations < 0:
         raise ValueError(f"ruiz_iterations must be >= 0, got {ruiz_iterations}")
     if pock_chambolle_alpha is not None and not 0.0 <= pock_chambolle_alpha <= 2.0:
         raise ValueError(f"pock_chambolle_alpha must lie in [0, 2], got {pock_chambolle_alpha}")
     m, n = lp.A.shape
-    A = lp.A.copy()
+    A = sp.csr_array(lp.A, copy=True)
+    A.sum_duplicates()
+    A.sort_indices()
+    rows = np.repeat(np.arange(m), np.diff(A.indptr))
+    cols = A.indices
+    by_col = np.argsort(cols, kind="stable")
+    col_ptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n))])
+    magnitude = np.abs(A.data).astype(np.float64)
     row, col = np.ones(m), np.ones(n)
 
     def apply(r, c_):
-        nonlocal A, row, col
+        nonlocal magnitude, row, col
         r = np.where(r > 0, r, 1.0)
         c_ = np.where(c_ > 0, c_, 1.0)
-        A = sp.csr_array(sp.diags_array(1.0 / r) @ A @ sp.diags_array(1.0 / c_))
+        magnitude = magnitude / (r[rows] * c_[cols])
         row, col = row * r, col * c_
 
     for _ in range(ruiz_iterations):
-        apply(np.sqrt(_abs_max(A, 1)), np.sqrt(_abs_max(A, 0)))
+        apply(
+            np.sqrt(_segment_max(magnitude, A.indptr)),
+            np.sqrt(_segment_max(magnitude[by_col], col_ptr)),
+        )
     if pock_chambolle_alpha is not None:
-        absolute = abs(A)
-        r = np.sqrt(np.asarray((absolute.power(pock_chambolle_alpha)).sum(axis=1)).ravel())
-        c_ = np.sqrt(np.asarray((absolute.power(2.0 - pock_chambolle_alpha)).sum(axis=0)).ravel())
+        r = np.sqrt(np.bincount(rows, magnitude**pock_chambolle_alpha, minlength=m))
+        c_ = np.sqrt(np.bincount(cols, magnitude ** (2.0 - pock_chambolle_alpha), minlength=n))
         apply(r, c_)
     bound = objective = 1.0
     if scale_bounds:
@@ -99,5 +120,5 @@ def precondition(
             + 1.0
         )
         objective = 1.0 / (float(np.linalg.norm(lp.c / col)) + 1.0)
-    A.sort_indices()
-    return Scaling(row, col, bound, objective, A)
+    scaled = sp.csr_array((np.sign(A.data) * magnitude, A.indices, A.indptr), shape=(m, n))
+    return Scaling(row, col, bound, objective, scaled)

@@ -99,7 +99,7 @@ def test_bad_options():
         (LPOptions(tolerance=0.0), "tolerance must be > 0"),
         (LPOptions(max_iterations=0), "max_iterations and eval_every must be >= 1"),
         (LPOptions(time_limit=-1.0), "time_limit must be > 0"),
-        (LPOptions(matrix="csr"), "matrix must be 'auto', 'dense', 'sparse' or 'block'"),
+        (LPOptions(matrix="csr"), r"matrix must be one of \('auto', 'dense', 'ell'"),
     ):
         with pytest.raises(ValueError, match=match):
             solve_lp(lp, bad)
@@ -107,13 +107,14 @@ def test_bad_options():
         solve_lp("lp")
 
 
-def test_sparse_dense_and_block_matrices_agree():
+def test_sparse_dense_ell_and_block_matrices_agree():
     lp = _feasible_lp(3, m=12, n=16)
     dense = solve_lp(lp, LPOptions(matrix="dense"))
+    ell = solve_lp(lp, LPOptions(matrix="ell"))
     sparse = solve_lp(lp, LPOptions(matrix="sparse"))
     block = solve_lp(lp, LPOptions(matrix="block"))  # the Pallas kernel, interpret mode
-    assert dense.status == sparse.status == block.status == Status.OPTIMAL
-    for other in (sparse, block):
+    assert dense.status == ell.status == sparse.status == block.status == Status.OPTIMAL
+    for other in (ell, sparse, block):
         assert abs(dense.objective - other.objective) <= 1e-3 * (1 + abs(dense.objective))
 
 

@@ -1,0 +1,96 @@
+"""The ELL operator: products equal scipy's, with split rows, under jit and vmap."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from jaxopt_suite.lp import LPOptions, Status, instances, solve_lp_batch
+from jaxopt_suite.lp.operator import EllMatrix, EllOperator
+
+
+def _matrix_with_a_dense_row(seed=0, m=30, n=40):
+    rng = np.random.default_rng(seed)
+    A = sp.random(m, n, density=0.08, random_state=seed, format="lil")
+    A[2, :] = rng.normal(size=n)  # a budget-like row: forces splitting
+    A[5, :] = 0.0  # an empty row
+    return sp.csr_array(A)
+
+
+def test_long_rows_are_split_and_short_ones_are_not():
+    A = _matrix_with_a_dense_row()
+    split = EllMatrix.from_scipy(A, np.float32)
+    assert split.split and split.cols.shape[1] < A.shape[1]
+    assert split.cols.shape[0] > A.shape[0]
+    banded = sp.csr_array(sp.diags_array([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(9, 9)))
+    plain = EllMatrix.from_scipy(banded, np.float32)
+    assert not plain.split and plain.cols.shape == (9, 3)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_products_match_scipy(seed):
+    A = _matrix_with_a_dense_row(seed)
+    op = EllOperator.from_scipy(A, np.float32)
+    rng = np.random.default_rng(seed + 10)
+    x = rng.normal(size=A.shape[1]).astype(np.float32)
+    y = rng.normal(size=A.shape[0]).astype(np.float32)
+    np.testing.assert_allclose(jax.jit(lambda v: op @ v)(x), A @ x, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.jit(lambda v: op.T @ v)(y), A.T @ y, rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_is_one_panel_product():
+    A = _matrix_with_a_dense_row(3)
+    op = EllOperator.from_scipy(A, np.float32)
+    X = jax.random.normal(jax.random.key(0), (5, A.shape[1]))
+    Y = jax.random.normal(jax.random.key(1), (5, A.shape[0]))
+    np.testing.assert_allclose(jax.jit(jax.vmap(lambda x: op @ x))(X), X @ A.T.toarray(), atol=1e-4)
+    np.testing.assert_allclose(jax.vmap(lambda y: op.T @ y)(Y), Y @ A.toarray(), atol=1e-4)
+    # the batch goes through one gather over the (n, B) panel
+    jaxpr = jax.make_jaxpr(jax.vmap(lambda x: op @ x))(X)
+    gathers = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "gather"]
+    assert len(gathers) == 1 and gathers[0].outvars[0].aval.shape[-1] == 5
+
+
+def test_vmap_over_matrices_too():
+    mats = [EllMatrix.from_scipy(sp.csr_array(np.eye(3) * k), np.float32) for k in (1.0, 2.0)]
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *mats)
+    x = jnp.arange(3.0)
+    out = jax.vmap(lambda m: EllOperator(m, m) @ x)(stacked)
+    np.testing.assert_allclose(out, [x, 2 * x])
+
+
+def test_batched_solve_through_ell_equals_dense():
+    lp = instances.random_sparse(30, 45, 0.1, seed=4)
+    lower = np.tile(lp.var_lower, (4, 1))
+    upper = np.tile(lp.var_upper, (4, 1))
+    upper[:, :3] = np.linspace(0.5, 2.0, 4)[:, None]
+    ell = solve_lp_batch(lp, lower, upper, options=LPOptions(matrix="ell"))
+    dense = solve_lp_batch(lp, lower, upper, options=LPOptions(matrix="dense"))
+    assert np.all(ell.status == Status.OPTIMAL) and np.all(dense.status == Status.OPTIMAL)
+    np.testing.assert_allclose(ell.objective, dense.objective, rtol=1e-3, atol=1e-3)
+
+
+def test_compacting_a_batch_changes_no_result(monkeypatch):
+    # 20 instances, 12 with every variable fixed at 0 (they stop at the first evaluations):
+    # the running ones move into a batch of 8 and must end exactly as they would in place.
+    from jaxopt_suite.lp import pdlp
+
+    lp = instances.random_sparse(20, 30, 0.2, seed=5)
+    B = 20
+    lower = np.tile(lp.var_lower, (B, 1))
+    upper = np.tile(lp.var_upper, (B, 1))
+    upper[:8, :4] = np.linspace(0.5, 3.0, 8)[:, None]
+    lower[8:], upper[8:] = 0.0, 0.0
+    together = solve_lp_batch(lp, lower, upper, compact=False)
+    moves = []
+    take = pdlp._take_slots
+    monkeypatch.setattr(pdlp, "_take_slots", lambda tree, i: moves.append(i.shape) or take(tree, i))
+    compacted = solve_lp_batch(lp, lower, upper, compact=True)
+    assert moves == [(8,)]
+    assert np.all(together.iterations[:8] > together.iterations[8:].max())
+    np.testing.assert_array_equal(compacted.status, together.status)
+    np.testing.assert_array_equal(compacted.iterations, together.iterations)
+    # same arithmetic per slot; a different batch width may only change the last bits
+    np.testing.assert_allclose(compacted.x, together.x, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(compacted.y, together.y, rtol=1e-5, atol=1e-6)
