@@ -4,6 +4,7 @@ preconditioning, and ``solve_lp`` (restarted Halpern PDHG) with a safe dual boun
 from jaxopt_suite.lp import instances
 from jaxopt_suite.lp.mps import MPSError, read_mps, write_mps
 from jaxopt_suite.lp.pdlp import (
+    PARKED,
     BlockOperator,
     LPBatch,
     LPBatchSolution,
@@ -11,6 +12,7 @@ from jaxopt_suite.lp.pdlp import (
     LPSolution,
     Status,
     batch_advance,
+    batch_park,
     batch_refill,
     batch_solution,
     batch_start,
@@ -24,7 +26,9 @@ from jaxopt_suite.lp.problem import LP
 __all__ = [
     "LP",
     "LPBatch",
+    "PARKED",
     "batch_advance",
+    "batch_park",
     "batch_refill",
     "batch_solution",
     "batch_start",

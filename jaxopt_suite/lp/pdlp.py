@@ -656,7 +656,8 @@ class LPBatch(NamedTuple):
 
     @property
     def status(self) -> np.ndarray:
-        """Per-slot status; ``-1`` while a slot is still running."""
+        """Per-slot status; ``-1`` while a slot is still running, :data:`PARKED` (-2) for
+        a slot parked by :func:`batch_park`."""
         return np.asarray(self.state.status)
 
 
@@ -746,28 +747,67 @@ def batch_refill(
     )
     all_lower[slots], all_upper[slots], all_costs[slots] = lower, upper, costs
     base, scaling = _prepare(batch.lp, batch.options, batched=True)
-    data = _scaled_data(base, scaling, all_lower, all_upper, all_costs)
-    fresh = _scaled_start(scaling, _scaled_data(base, scaling, lower, upper, costs), x0, y0)
+    # only the refilled rows move to the device
+    new_data = _scaled_data(base, scaling, lower, upper, costs)
+    fresh = _scaled_start(scaling, new_data, x0, y0)
     index = jnp.asarray(slots)
-    state = jax.tree.map(lambda old, new: old.at[index].set(new), batch.state, fresh)
+    fields = {k: getattr(batch.data, k) for k in _BATCHED_FIELDS}
+    fields, state = _put_slots(
+        (fields, batch.state), index, ({k: getattr(new_data, k) for k in _BATCHED_FIELDS}, fresh)
+    )
     return batch._replace(
-        data=data, state=state, var_lower=all_lower, var_upper=all_upper, costs=all_costs
+        data=batch.data._replace(**fields),
+        state=state,
+        var_lower=all_lower,
+        var_upper=all_upper,
+        costs=all_costs,
     )
 
 
-def batch_solution(batch: LPBatch, seconds: float = math.nan) -> LPBatchSolution:
-    """Per-slot results (in the LP's units, float64 dual bounds) of the batch's state."""
+PARKED = -2  # status of a slot parked by batch_park: frozen, holding no instance
+
+
+def batch_park(batch: LPBatch, slots: Any) -> LPBatch:
+    """Freezes ``slots`` without a new instance (status :data:`PARKED`), so they cost
+    nothing but their lane until :func:`batch_refill` fills them again."""
+    slots = np.asarray(slots, np.int64).reshape(-1)
+    size = batch.var_lower.shape[0]
+    if slots.size and (slots.min() < 0 or slots.max() >= size):
+        raise ValueError(f"slots must be indices in [0, {size}), got {slots.tolist()}")
+    status = batch.state.status.at[jnp.asarray(slots)].set(PARKED)
+    return batch._replace(state=batch.state._replace(status=status))
+
+
+def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None) -> LPBatchSolution:
+    """Per-slot results (in the LP's units, float64 dual bounds) of the batch's state;
+    ``slots`` (indices): only those, in that order (the others stay on the device)."""
     lp, scaling, state = batch.lp, batch.scaling, batch.state
-    x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
-    y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
+    if slots is None:
+        pick = slice(None)
+        x_out, y_out, status, iterations, residuals = (
+            state.x_out,
+            state.y_out,
+            state.status,
+            state.iterations,
+            state.residuals,
+        )
+    else:
+        pick = np.asarray(slots, np.int64).reshape(-1)
+        x_out, y_out, status, iterations, residuals = _take_slots(
+            (state.x_out, state.y_out, state.status, state.iterations, state.residuals),
+            jnp.asarray(pick),
+        )
+    costs, lower, upper = batch.costs[pick], batch.var_lower[pick], batch.var_upper[pick]
+    x = scaling.unscale_primal(np.asarray(x_out, np.float64))
+    y = scaling.unscale_dual(np.asarray(y_out, np.float64))
     return LPBatchSolution(
         x=x,
         y=y,
-        objective=np.einsum("bn,bn->b", batch.costs, x) + lp.objective_offset,
-        dual_bound=_dual_bounds(lp, batch.costs, batch.var_lower, batch.var_upper, y),
-        status=np.asarray(state.status),
-        iterations=np.asarray(state.iterations),
-        residuals=np.asarray(state.residuals, np.float64),
+        objective=np.einsum("bn,bn->b", costs, x) + lp.objective_offset,
+        dual_bound=_dual_bounds(lp, costs, lower, upper, y),
+        status=np.asarray(status),
+        iterations=np.asarray(iterations),
+        residuals=np.asarray(residuals, np.float64),
         seconds=seconds,
     )
 

@@ -1,0 +1,727 @@
+"""Branch-and-bound for piecewise-linear models over the batched PDLP solver.
+
+Every node is the lambda formulation of the model (:meth:`PWLModel.compile`) with, for each
+SOS2 set ``s``, only the columns of an interval ``[lo_s, hi_s]`` allowed to be nonzero (the
+others get upper bound 0). The root allows everything; SOS2 branching (Beale-Tomlin) on a
+set whose LP nonzeros span more than two adjacent columns picks ``r`` strictly between the
+first and the last nonzero and makes the children ``[lo_s, r]`` and ``[r, hi_s]``, so both
+are strictly smaller than the parent (a split at the first or last nonzero would
+reproduce it). A node whose nonzeros are adjacent in every set is solved: its LP point is
+a feasible PWL point.
+
+A round fills the free slots of one :class:`~jaxopt_suite.lp.LPBatch` with jobs, advances
+the batch a few evaluation periods, and reads the slots that stopped:
+
+- node jobs, chosen best-bound first, with some slots diving (the newest nodes), warm
+  started from the parent's LP point;
+- SOS2 repair jobs: a node's intervals narrowed, per set, to the segment holding
+  ``x = sum d_k lambda_k`` (or the adjacent pair of largest mass); any optimal answer is a
+  feasible PWL point;
+- feasibility-pump jobs: the node's polytope with the objective replaced by the lambda mass
+  outside a chosen pair per set (plus a decaying share of the true objective); a point
+  with no such mass is sent to repair, else the pairs are re-chosen from it, and a repeated
+  choice (a cycle) is perturbed. Only the objective changes, so pump jobs share the batch.
+
+Nodes are pruned with the safe Lagrangian dual bound of their LP
+(:func:`~jaxopt_suite.lp.dual_bound`), which holds however early the LP stopped. The node
+store is a set of fixed-capacity arrays (intervals, bound, depth, order) on the host; the
+LP work, which is where the time goes, runs batched on the device.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import sys
+import time
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxopt_suite.lp import (
+    LPOptions,
+    Status,
+    batch_advance,
+    batch_park,
+    batch_refill,
+    batch_solution,
+    batch_start,
+)
+from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
+
+
+class MIPStatus(enum.IntEnum):
+    OPTIMAL = 0  # gap within the tolerances
+    INFEASIBLE = 1
+    UNBOUNDED = 2
+    NODE_LIMIT = 3
+    TIME_LIMIT = 4
+
+
+MESSAGES = {
+    MIPStatus.OPTIMAL: "optimal within the gap tolerances",
+    MIPStatus.INFEASIBLE: "infeasible",
+    MIPStatus.UNBOUNDED: "unbounded: the root relaxation has a primal ray (an unbounded "
+    "variable in the objective's descent direction)",
+    MIPStatus.NODE_LIMIT: "node limit reached",
+    MIPStatus.TIME_LIMIT: "time limit reached",
+}
+
+
+class PWLOptions(NamedTuple):
+    batch_size: int = 64  # LP slots solved together
+    relative_gap: float = 1e-4  # |incumbent - bound| / max(|incumbent|, 1e-9)
+    absolute_gap: float = 1e-6
+    node_limit: int = 1_000_000
+    time_limit: float | None = None  # seconds
+    capacity: int = 200_000  # node store
+    evaluations: int = 2  # LP evaluation periods per round
+    split: str = "weighted"  # SOS2 split index: "weighted" (mean index) or "middle"
+    dive_fraction: float = 0.25  # share of node slots given to the newest nodes
+    repair: str = "segment"  # "segment", "mass" or "off"
+    pump: bool = True
+    pump_seeds: int = 4  # pump jobs started from the root relaxation
+    pump_iterations: int = 10  # per pump job before it gives up
+    heuristic_fraction: float = 0.25  # at most this share of slots runs heuristics
+    sos2_tolerance: float = 1e-9  # lambda above this counts as nonzero
+    # node LPs; None: tolerance 1e-6 in float64 (jax_enable_x64), 1e-4 in float32, which
+    # cannot reliably reach 1e-6
+    lp: LPOptions | None = None
+    progress: bool = False
+    progress_every: float = 1.0  # seconds between progress lines
+    seed: int = 0
+
+
+class MIPSolution(NamedTuple):
+    """``x``: model-variable values (``z`` included); ``objective`` and ``bound`` in the
+    model's sense (a lower bound for a minimisation, an upper bound for a maximisation);
+    ``gap`` relative; ``history``: ``(seconds, nodes, objective, bound)`` at each new
+    incumbent; ``lp_x``: the incumbent's LP point (lambda columns included)."""
+
+    x: np.ndarray | None
+    objective: float
+    bound: float
+    gap: float
+    status: MIPStatus
+    message: str
+    nodes: int
+    time: float
+    history: list[tuple[float, int, float, float]]
+    first_incumbent_time: float
+    lp_x: np.ndarray | None
+    rounds: int
+
+
+class _Store:
+    """Open nodes in fixed-capacity arrays; a free list recycles rows."""
+
+    def __init__(self, capacity: int, sets: int) -> None:
+        self.lo = np.zeros((capacity, sets), np.int32)
+        self.hi = np.zeros((capacity, sets), np.int32)
+        self.bound = np.full(capacity, np.inf)
+        self.depth = np.zeros(capacity, np.int32)
+        self.order = np.zeros(capacity, np.int64)
+        self.warm = np.full(capacity, -1, np.int64)
+        self.open = np.zeros(capacity, bool)
+        self.free = list(range(capacity - 1, -1, -1))
+        self.counter = 0
+
+    def push(self, lo, hi, bound, depth, warm) -> int:
+        if not self.free:
+            raise _StoreFull
+        i = self.free.pop()
+        self.lo[i], self.hi[i] = lo, hi
+        self.bound[i], self.depth[i], self.warm[i] = bound, depth, warm
+        self.order[i] = self.counter
+        self.counter += 1
+        self.open[i] = True
+        return i
+
+    def pop(self, i: int) -> None:
+        self.open[i] = False
+        self.free.append(i)
+
+    def count(self) -> int:
+        return int(self.open.sum())
+
+    def prune_above(self, cutoff: float) -> list[int]:
+        gone = np.flatnonzero(self.open & (self.bound >= cutoff))
+        for i in gone:
+            self.pop(int(i))
+        return gone.tolist()
+
+    def select(self, k: int, dive: int) -> list[int]:
+        """Up to ``k`` open nodes: ``dive`` newest, the rest by best bound."""
+        idx = np.flatnonzero(self.open)
+        if idx.size <= k:
+            return idx.tolist()
+        chosen: list[int] = []
+        if dive > 0:
+            newest = idx[np.argsort(-self.order[idx], kind="stable")[:dive]]
+            chosen.extend(newest.tolist())
+            idx = np.setdiff1d(idx, newest, assume_unique=True)
+        rest = k - len(chosen)
+        if rest > 0:
+            best = idx[np.argsort(self.bound[idx], kind="stable")[:rest]]
+            chosen.extend(best.tolist())
+        return chosen
+
+
+class _StoreFull(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------
+# SOS2 analysis of LP points (vectorised over sets)
+
+
+def sos2_structure(lam: np.ndarray, tolerance: float):
+    """For a ``(S, W)`` lambda table: ``first, last`` nonzero position per set (``-1`` if
+    none), the best adjacent pair ``k`` (columns ``k, k+1``) by mass, and the mass outside
+    that pair (the set's SOS2 violation)."""
+    nz = lam > tolerance
+    has = nz.any(axis=1)
+    width = lam.shape[1]
+    first = np.where(has, np.argmax(nz, axis=1), -1)
+    last = np.where(has, width - 1 - np.argmax(nz[:, ::-1], axis=1), -1)
+    if width >= 2:
+        pair = lam[:, :-1] + lam[:, 1:]
+        best = np.argmax(pair, axis=1)
+        inside = pair[np.arange(lam.shape[0]), best]
+    else:
+        best = np.zeros(lam.shape[0], np.int64)
+        inside = lam[:, 0]
+    violation = np.maximum(lam.sum(axis=1) - inside, 0.0)
+    return first, last, best, violation
+
+
+def split_index(lam_row: np.ndarray, first: int, last: int, rule: str) -> int:
+    """The SOS2 split ``r`` with ``first < r < last`` (requires ``last - first >= 2``)."""
+    if last - first < 2:
+        raise ValueError(f"no split strictly between first={first} and last={last}")
+    if rule == "middle":
+        r = (first + last) // 2
+    else:
+        w = np.maximum(lam_row[first : last + 1], 0.0)
+        total = w.sum()
+        mean = first + (w @ np.arange(w.size) / total if total > 0 else (last - first) / 2)
+        r = int(round(mean))
+    return int(min(max(r, first + 1), last - 1))
+
+
+# --------------------------------------------------------------------------------------
+
+
+class _Job(NamedTuple):
+    kind: str  # "node", "repair", "pump"
+    node: int  # store row of a node job; -1 otherwise
+    lo: np.ndarray
+    hi: np.ndarray
+    bound: float
+    depth: int
+    costs: np.ndarray | None  # None: the LP's own objective
+    warm: tuple[np.ndarray, np.ndarray] | None
+    pairs: np.ndarray | None = None  # pump: the chosen pair per set
+    step: int = 0  # pump iteration
+    seen: frozenset = frozenset()  # pump: pair choices already tried
+
+
+def _check_options(options: PWLOptions) -> None:
+    if int(options.batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {options.batch_size}")
+    if not options.relative_gap >= 0 or not options.absolute_gap >= 0:
+        raise ValueError("relative_gap and absolute_gap must be >= 0")
+    if int(options.node_limit) < 1 or int(options.capacity) < 2:
+        raise ValueError("node_limit must be >= 1 and capacity >= 2")
+    if options.time_limit is not None and not options.time_limit > 0:
+        raise ValueError(f"time_limit must be > 0 (or None), got {options.time_limit}")
+    if options.split not in ("weighted", "middle"):
+        raise ValueError(f"split must be 'weighted' or 'middle', got {options.split!r}")
+    if options.repair not in ("segment", "mass", "off"):
+        raise ValueError(f"repair must be 'segment', 'mass' or 'off', got {options.repair!r}")
+    if not 0 <= options.dive_fraction <= 1 or not 0 <= options.heuristic_fraction < 1:
+        raise ValueError("dive_fraction must lie in [0, 1] and heuristic_fraction in [0, 1)")
+    if int(options.evaluations) < 1:
+        raise ValueError(f"evaluations must be >= 1, got {options.evaluations}")
+
+
+def solve_pwl(model: PWLModel, options: PWLOptions | None = None) -> MIPSolution:
+    """Solves ``model`` by batched branch-and-bound (see the module docstring)."""
+    if not isinstance(model, PWLModel):
+        raise TypeError(f"model must be a PWLModel, got {type(model).__name__}")
+    options = PWLOptions() if options is None else options
+    _check_options(options)
+    if options.lp is None:
+        x64 = jnp.result_type(float) == jnp.float64
+        options = options._replace(lp=LPOptions(tolerance=1e-6 if x64 else 1e-4))
+    compiled = model.compile()
+    return _Solver(model, compiled, options).run()
+
+
+class _Solver:
+    def __init__(self, model: PWLModel, compiled: CompiledPWL, options: PWLOptions) -> None:
+        self.model, self.compiled, self.options = model, compiled, options
+        lp = compiled.lp
+        self.lp = lp
+        self.sign = lp.objective_sign
+        self.S = compiled.num_sets
+        self.sizes = compiled.set_size
+        self.lam_cols = np.arange(compiled.num_vars, lp.num_cols)
+        self.lam_set = compiled.column_set[self.lam_cols]
+        self.lam_pos = compiled.column_position[self.lam_cols]
+        width = compiled.set_columns.shape[1] if self.S else 0
+        self.breaks = np.zeros((self.S, width))
+        for s, t in enumerate(compiled.terms):
+            self.breaks[s, : t.segments + 1] = t.breakpoints
+            self.breaks[s, t.segments + 1 :] = t.breakpoints[-1]
+        self.x_cols = np.array([t.x.index for t in compiled.terms], np.int64)
+        col_of = {int(i): j for j, i in enumerate(compiled.model_columns)}
+        self.x_lp_cols = np.array([col_of[int(i)] for i in self.x_cols], np.int64)
+        self.rng = np.random.default_rng(options.seed)
+        self.store = _Store(int(options.capacity), self.S)
+        self.warm: dict[int, list] = {}  # id -> [x, y, references]
+        self.warm_id = 0
+        self.incumbent = math.inf  # minimisation form
+        self.incumbent_x: np.ndarray | None = None
+        self.history: list[tuple[float, int, float, float]] = []
+        self.first_time = math.nan
+        self.nodes = 0
+        self.unresolved: list[float] = []  # bounds of leaves whose LP never finished
+        self.heuristics: list[_Job] = []
+        self.running: list[float] = []  # bounds of node jobs in flight
+
+    # -- bounds and costs of jobs ----------------------------------------------------------
+
+    def _bounds(self, lo: np.ndarray, hi: np.ndarray):
+        lower = self.lp.var_lower.copy()
+        upper = self.lp.var_upper.copy()
+        allowed = (self.lam_pos >= lo[self.lam_set]) & (self.lam_pos <= hi[self.lam_set])
+        upper[self.lam_cols] = np.where(allowed, 1.0, 0.0)
+        return lower, upper
+
+    def _lambda_table(self, x: np.ndarray) -> np.ndarray:
+        return self.compiled.lambdas(x)
+
+    # -- warm starts ---------------------------------------------------------------------
+
+    def _keep_warm(self, x, y, references: int) -> int:
+        self.warm_id += 1
+        self.warm[self.warm_id] = [x, y, references]
+        return self.warm_id
+
+    def _take_warm(self, key: int):
+        if key < 0 or key not in self.warm:
+            return None
+        entry = self.warm[key]
+        entry[2] -= 1
+        if entry[2] <= 0:
+            del self.warm[key]
+        return entry[0], entry[1]
+
+    def _drop_warm(self, key: int) -> None:
+        self._take_warm(key)
+
+    # -- incumbents ----------------------------------------------------------------------
+
+    def _offer(self, objective: float, x: np.ndarray, elapsed: float) -> None:
+        if not objective < self.incumbent:
+            return
+        self.incumbent, self.incumbent_x = float(objective), x.copy()
+        if math.isnan(self.first_time):
+            self.first_time = elapsed
+        bound = self.bound(self.running)
+        self.history.append((elapsed, self.nodes, self.sign * self.incumbent, self.sign * bound))
+        for i in self.store.prune_above(self._cutoff()):
+            self._drop_warm(int(self.store.warm[i]))
+
+    def _cutoff(self) -> float:
+        if not math.isfinite(self.incumbent):
+            return math.inf
+        slack = max(self.options.absolute_gap, self.options.relative_gap * abs(self.incumbent))
+        return self.incumbent - slack
+
+    def bound(self, running: list[float] | None = None) -> float:
+        values = [self.store.bound[self.store.open]]
+        if running:
+            values.append(np.asarray(running))
+        if self.unresolved:
+            values.append(np.asarray(self.unresolved))
+        values = np.concatenate(values) if values else np.array([])
+        if values.size == 0:
+            return self.incumbent
+        return float(min(values.min(), self.incumbent))
+
+    # -- heuristics ----------------------------------------------------------------------
+
+    def _repair_job(self, lo, hi, x, warm) -> _Job | None:
+        lam = self._lambda_table(x)
+        if self.options.repair == "mass":
+            *_, best, _ = sos2_structure(lam, self.options.sos2_tolerance)
+            k = best
+        else:
+            xhat = x[self.x_lp_cols]
+            k = np.array(
+                [
+                    np.searchsorted(self.breaks[s, : self.sizes[s]], xhat[s], "right") - 1
+                    for s in range(self.S)
+                ]
+            )
+        k = np.minimum(np.maximum(k, lo), np.maximum(lo, hi - 1))
+        new_lo, new_hi = k.astype(np.int32), np.minimum(k + 1, hi).astype(np.int32)
+        if np.array_equal(new_lo, lo) and np.array_equal(new_hi, hi):
+            return None
+        return _Job("repair", -1, new_lo, new_hi, -math.inf, 0, None, warm)
+
+    def _pump_costs(self, pairs: np.ndarray, step: int) -> np.ndarray:
+        """Mass outside the pairs, plus a decaying share of the scaled true objective."""
+        costs = np.zeros(self.lp.num_cols)
+        outside = (self.lam_pos < pairs[self.lam_set]) | (self.lam_pos > pairs[self.lam_set] + 1)
+        costs[self.lam_cols] = outside.astype(np.float64)
+        alpha = 0.5 * 0.7**step
+        norm = np.linalg.norm(self.lp.c)
+        if alpha > 1e-3 and norm > 0:
+            costs = (1 - alpha) * costs + alpha * np.sqrt(self.lam_cols.size) * self.lp.c / norm
+        return costs
+
+    def _pump_job(self, lo, hi, x, warm, seed_index: int) -> _Job:
+        lam = self._lambda_table(x)
+        pairs = self._choose_pairs(lam, lo, hi, noise=0.0 if seed_index == 0 else 0.3)
+        return _Job(
+            "pump",
+            -1,
+            lo,
+            hi,
+            -math.inf,
+            0,
+            self._pump_costs(pairs, 0),
+            warm,
+            pairs,
+            0,
+            frozenset({pairs.tobytes()}),
+        )
+
+    def _choose_pairs(self, lam, lo, hi, noise: float) -> np.ndarray:
+        pair = lam[:, :-1] + lam[:, 1:] if lam.shape[1] >= 2 else lam.copy()
+        if noise > 0:
+            pair = pair + noise * self.rng.random(pair.shape)
+        positions = np.arange(pair.shape[1])[None, :]
+        valid = (positions >= lo[:, None]) & (positions <= np.maximum(lo, hi - 1)[:, None])
+        pair = np.where(valid, pair, -np.inf)
+        return np.argmax(pair, axis=1).astype(np.int32)
+
+    def _pump_next(self, job: _Job, x: np.ndarray, elapsed: float) -> _Job | None:
+        lam = self._lambda_table(x)
+        outside = self._outside_mass(lam, job.pairs)
+        if outside.max(initial=0.0) <= self.options.sos2_tolerance * 10:
+            return _Job(
+                "repair",
+                -1,
+                job.pairs.astype(np.int32),
+                np.minimum(job.pairs + 1, job.hi).astype(np.int32),
+                -math.inf,
+                0,
+                None,
+                (x, None),
+            )
+        if job.step + 1 >= self.options.pump_iterations:
+            return None
+        pairs = self._choose_pairs(lam, job.lo, job.hi, noise=0.0)
+        if pairs.tobytes() in job.seen:  # cycle: move the worst sets toward other mass
+            worst = np.argsort(-outside)[: max(1, self.S // 10)]
+            noisy = self._choose_pairs(lam, job.lo, job.hi, noise=0.5)
+            pairs[worst] = noisy[worst]
+        step = job.step + 1
+        return job._replace(
+            pairs=pairs,
+            step=step,
+            costs=self._pump_costs(pairs, step),
+            warm=(x, None),
+            seen=job.seen | {pairs.tobytes()},
+        )
+
+    def _outside_mass(self, lam: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+        positions = np.arange(lam.shape[1])[None, :]
+        inside = (positions >= pairs[:, None]) & (positions <= pairs[:, None] + 1)
+        return np.where(inside, 0.0, np.maximum(lam, 0.0)).sum(axis=1)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> MIPSolution:
+        opts = self.options
+        start = time.perf_counter()
+        B = int(opts.batch_size)
+        lp = self.lp
+        m, n = lp.num_rows, lp.num_cols
+        root_lo = np.zeros(self.S, np.int32)
+        root_hi = (self.sizes - 1).astype(np.int32)
+        self.store.push(root_lo, root_hi, -math.inf, 0, -1)
+        lower, upper = self._bounds(root_lo, root_hi)
+        batch = batch_start(lp, np.tile(lower, (B, 1)), np.tile(upper, (B, 1)), options=opts.lp)
+        batch = batch_park(batch, np.arange(B))
+        slots: list[_Job | None] = [None] * B
+        status = None
+        rounds = 0
+        last_print = -math.inf
+        root_done = False
+        heuristic_cap = max(1, int(opts.heuristic_fraction * B)) if B > 1 else 1
+        while True:
+            elapsed = time.perf_counter() - start
+            # ---- fill free slots
+            free = [i for i, job in enumerate(slots) if job is None]
+            jobs: list[_Job] = []
+            busy_heuristics = sum(1 for j in slots if j is not None and j.kind != "node")
+            room = min(len(free), max(0, heuristic_cap - busy_heuristics))
+            while self.heuristics and room > 0:
+                jobs.append(self.heuristics.pop(0))
+                room -= 1
+            node_room = len(free) - len(jobs)
+            if node_room > 0 and self.nodes < opts.node_limit:
+                dive = (
+                    int(round(opts.dive_fraction * node_room))
+                    if math.isfinite(self.incumbent) or root_done
+                    else 0
+                )
+                take = min(
+                    node_room,
+                    opts.node_limit
+                    - self.nodes
+                    - sum(1 for j in slots if j is not None and j.kind == "node"),
+                )
+                for i in self.store.select(max(0, take), dive):
+                    warm = self._take_warm(int(self.store.warm[i]))
+                    jobs.append(
+                        _Job(
+                            "node",
+                            i,
+                            self.store.lo[i].copy(),
+                            self.store.hi[i].copy(),
+                            float(self.store.bound[i]),
+                            int(self.store.depth[i]),
+                            None,
+                            warm,
+                        )
+                    )
+                    self.store.pop(i)
+            # a leftover heuristic may use a slot no node needs
+            while self.heuristics and len(jobs) < len(free):
+                jobs.append(self.heuristics.pop(0))
+            if jobs:
+                use = free[: len(jobs)]
+                lows, ups, costs, xs, ys = [], [], [], [], []
+                for job in jobs:
+                    lo_b, up_b = self._bounds(job.lo, job.hi)
+                    lows.append(lo_b)
+                    ups.append(up_b)
+                    costs.append(lp.c if job.costs is None else job.costs)
+                    wx = np.zeros(n) if job.warm is None or job.warm[0] is None else job.warm[0]
+                    wy = np.zeros(m) if job.warm is None or job.warm[1] is None else job.warm[1]
+                    xs.append(np.clip(wx, lo_b, up_b))
+                    ys.append(wy)
+                batch = batch_refill(
+                    batch,
+                    use,
+                    np.stack(lows),
+                    np.stack(ups),
+                    np.stack(costs),
+                    warm_start=(np.stack(xs), np.stack(ys)),
+                )
+                for i, job in zip(use, jobs, strict=True):
+                    slots[i] = job
+            if all(job is None for job in slots):
+                status = self._final_status(elapsed)
+                break
+            # ---- advance and read the slots that stopped
+            batch = batch_advance(batch, evaluations=int(opts.evaluations))
+            rounds += 1
+            stat = batch.status
+            done = [i for i, job in enumerate(slots) if job is not None and stat[i] >= 0]
+            elapsed = time.perf_counter() - start
+            self.running = [
+                j.bound
+                for i, j in enumerate(slots)
+                if j is not None and j.kind == "node" and i not in done
+            ]
+            if done:
+                sol = batch_solution(batch, slots=done)
+                for row, i in enumerate(done):
+                    job = slots[i]
+                    slots[i] = None
+                    result = self._process(job, sol, row, elapsed)
+                    if result is not None:
+                        status = result
+                        break
+                    if job.kind == "node":
+                        root_done = True
+                if status is not None:
+                    break
+            running_bounds = [j.bound for j in slots if j is not None and j.kind == "node"]
+            bound = self.bound(running_bounds)
+            if self._gap_closed(bound):
+                status = MIPStatus.OPTIMAL
+                break
+            if opts.time_limit is not None and elapsed >= opts.time_limit:
+                status = MIPStatus.TIME_LIMIT
+                break
+            if self.nodes >= opts.node_limit and not any(
+                j is not None and j.kind == "node" for j in slots
+            ):
+                status = MIPStatus.NODE_LIMIT
+                break
+            if opts.progress and elapsed - last_print >= opts.progress_every:
+                last_print = elapsed
+                self._print(elapsed, bound)
+        elapsed = time.perf_counter() - start
+        running_bounds = [j.bound for j in slots if j is not None and j.kind == "node"]
+        bound = (
+            self.bound(running_bounds)
+            if status not in (MIPStatus.INFEASIBLE, MIPStatus.UNBOUNDED)
+            else self.incumbent
+        )
+        if status == MIPStatus.OPTIMAL and not math.isfinite(self.incumbent):
+            status = MIPStatus.INFEASIBLE
+        if opts.progress:
+            self._print(elapsed, bound)
+        return self._solution(status, bound, elapsed, rounds)
+
+    def _gap_closed(self, bound: float) -> bool:
+        if not math.isfinite(self.incumbent):
+            return False
+        gap = self.incumbent - bound
+        return gap <= self.options.absolute_gap or gap <= self.options.relative_gap * max(
+            abs(self.incumbent), 1e-9
+        )
+
+    def _final_status(self, elapsed: float) -> MIPStatus:
+        if self.unresolved:
+            return MIPStatus.NODE_LIMIT
+        if self.store.count() and self.nodes >= self.options.node_limit:
+            return MIPStatus.NODE_LIMIT
+        return MIPStatus.OPTIMAL if math.isfinite(self.incumbent) else MIPStatus.INFEASIBLE
+
+    def _process(self, job: _Job, sol, row: int, elapsed: float) -> MIPStatus | None:
+        st = Status(int(sol.status[row]))
+        x, y = sol.x[row], sol.y[row]
+        if job.kind == "repair":
+            if st == Status.OPTIMAL:
+                self._offer(float(sol.objective[row]), x, elapsed)
+            return None
+        if job.kind == "pump":
+            if st in (Status.OPTIMAL, Status.ITERATION_LIMIT) and np.all(np.isfinite(x)):
+                nxt = self._pump_next(job, x, elapsed)
+                if nxt is not None:
+                    self.heuristics.append(nxt)
+            return None
+        # node
+        self.nodes += 1
+        is_root = job.depth == 0 and self.nodes == 1
+        if st == Status.PRIMAL_INFEASIBLE:
+            return MIPStatus.INFEASIBLE if is_root and not self.store.count() else None
+        if st == Status.DUAL_INFEASIBLE:
+            return MIPStatus.UNBOUNDED
+        bound = job.bound
+        db = float(sol.dual_bound[row])
+        if math.isfinite(db):
+            bound = max(bound, db)
+        if bound >= self._cutoff():
+            return None
+        finite = np.all(np.isfinite(x))
+        lam = self._lambda_table(x) if finite else None
+        leaf = bool(np.all(job.hi - job.lo <= 1))
+        if finite:
+            first, last, _, violation = sos2_structure(lam, self.options.sos2_tolerance)
+            span = last - first
+            branchable = span >= 2
+        if st == Status.OPTIMAL and finite and not np.any(branchable):
+            self._offer(float(sol.objective[row]), x, elapsed)
+            return None
+        if leaf:
+            if st != Status.OPTIMAL:
+                self.unresolved.append(bound)
+            return None
+        # branch
+        if finite and np.any(branchable):
+            s = int(np.argmax(np.where(branchable, violation, -1.0)))
+            r = split_index(lam[s], int(first[s]), int(last[s]), self.options.split)
+        else:  # no usable point: halve the widest interval
+            s = int(np.argmax(job.hi - job.lo))
+            r = int((job.lo[s] + job.hi[s]) // 2)
+            r = min(max(r, job.lo[s]), job.hi[s])
+        left_hi, right_lo = job.hi.copy(), job.lo.copy()
+        left_hi[s], right_lo[s] = r, r
+        warm = self._keep_warm(x, y, 2) if finite else -1
+        try:
+            self.store.push(job.lo, left_hi, bound, job.depth + 1, warm)
+            self.store.push(right_lo, job.hi, bound, job.depth + 1, warm)
+        except _StoreFull:
+            self.unresolved.append(bound)
+            return MIPStatus.NODE_LIMIT
+        # heuristics from this node's point
+        if (
+            finite
+            and self.options.repair != "off"
+            and len(self.heuristics) < self.options.batch_size
+        ):
+            rep = self._repair_job(job.lo, job.hi, x, (x, y))
+            if rep is not None:
+                self.heuristics.append(rep)
+        if (
+            finite
+            and self.options.pump
+            and not math.isfinite(self.incumbent)
+            and (is_root or len(self.heuristics) < self.options.batch_size // 4)
+        ):
+            seeds = self.options.pump_seeds if is_root else 1
+            for k in range(seeds):
+                self.heuristics.append(self._pump_job(job.lo, job.hi, x, (x, y), k))
+        return None
+
+    def _solution(
+        self, status: MIPStatus, bound: float, elapsed: float, rounds: int
+    ) -> MIPSolution:
+        inc = self.incumbent
+        if math.isfinite(inc):
+            gap = max(inc - bound, 0.0) / max(abs(inc), 1e-9)
+            x = self.compiled.model_values(self.incumbent_x)
+            objective = self.sign * inc
+        else:
+            gap, x, objective = math.inf, None, math.nan
+        message = MESSAGES[status]
+        if status == MIPStatus.INFEASIBLE:
+            message = (
+                "infeasible: the root relaxation has a dual ray (no point satisfies the rows "
+                "and bounds)"
+                if self.nodes <= 1
+                else f"infeasible: every one of {self.nodes} nodes was infeasible"
+            )
+        elif status in (MIPStatus.NODE_LIMIT, MIPStatus.TIME_LIMIT) and not math.isfinite(inc):
+            message += "; no feasible point found"
+        return MIPSolution(
+            x=x,
+            objective=objective,
+            bound=self.sign * bound,
+            gap=gap,
+            status=status,
+            message=message,
+            nodes=self.nodes,
+            time=elapsed,
+            history=list(self.history),
+            first_incumbent_time=self.first_time,
+            lp_x=None if self.incumbent_x is None else self.incumbent_x.copy(),
+            rounds=rounds,
+        )
+
+    def _print(self, elapsed: float, bound: float) -> None:
+        inc = self.sign * self.incumbent if math.isfinite(self.incumbent) else math.nan
+        gap = (
+            max(self.incumbent - bound, 0.0) / max(abs(self.incumbent), 1e-9)
+            if math.isfinite(self.incumbent)
+            else math.inf
+        )
+        rate = self.nodes / elapsed if elapsed > 0 else 0.0
+        print(
+            f"{elapsed:8.1f}s  nodes {self.nodes:8d}  open {self.store.count():7d}  "
+            f"bound {self.sign * bound:14.7g}  incumbent {inc:14.7g}  gap {gap:9.3%}  "
+            f"nodes/s {rate:8.1f}",
+            file=sys.stderr,
+        )

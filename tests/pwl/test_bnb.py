@@ -1,0 +1,217 @@
+"""Branch-and-bound on small PWL models against brute-force enumeration of segments."""
+
+import itertools
+import math
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+from jaxopt_suite.pwl import MIPStatus, PWLModel, PWLOptions, solve_pwl
+from jaxopt_suite.pwl.bnb import sos2_structure, split_index
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    # node LPs to 1e-6 (the float64 default): points feasible to ~1e-6, objectives to 1e-4
+    with jax.enable_x64(True):
+        yield
+
+
+def random_model(seed, functions=3, segments=4, nonconvex=True):
+    """Sum of PWL costs (concave pieces mixed in) under a budget and a coupling row."""
+    rng = np.random.default_rng(seed)
+    m = PWLModel(f"random{seed}")
+    xs, zs = [], []
+    for i in range(functions):
+        x = m.add_variable(0.0, 10.0, name=f"x{i}")
+        d = np.sort(np.concatenate([[0.0, 10.0], rng.uniform(0.5, 9.5, segments - 1)]))
+        d = d + np.arange(d.size) * 1e-3  # strictly increasing
+        d[-1] = 10.0 + d.size * 1e-3
+        slopes = rng.uniform(0.2, 3.0, segments)
+        if nonconvex:
+            slopes = slopes * rng.choice([1.0, -0.4], segments)
+        f = np.concatenate([[0.0], np.cumsum(slopes * np.diff(d))])
+        zs.append(m.add_pwl(x, d, f))
+        xs.append(x)
+    m.add_constraint({x: 1.0 for x in xs}, lower=float(rng.uniform(5, 12)), upper=22.0)
+    m.add_constraint({xs[0]: 1.0, xs[1]: -1.0}, upper=float(rng.uniform(0, 4)))
+    m.minimize({**{z: 1.0 for z in zs}, xs[-1]: float(rng.uniform(-0.5, 0.5))})
+    return m
+
+
+def brute_force(model):
+    """Best objective over every choice of one segment per PWL term (HiGHS LPs)."""
+    comp = model.compile()
+    lp = comp.lp
+    A = lp.A.toarray()
+    eq = lp.row_lower == lp.row_upper
+    up_rows = np.isfinite(lp.row_upper) & ~eq
+    lo_rows = np.isfinite(lp.row_lower) & ~eq
+    best = math.inf
+    for segs in itertools.product(*[range(t.segments) for t in comp.terms]):
+        upper = lp.var_upper.copy()
+        for s, k in enumerate(segs):
+            cols = comp.set_columns[s][comp.set_columns[s] >= 0]
+            off = np.ones(cols.size, bool)
+            off[[k, k + 1]] = False
+            upper[cols[off]] = 0.0
+        r = linprog(
+            lp.c,
+            A_ub=np.vstack([A[up_rows], -A[lo_rows]]),
+            b_ub=np.concatenate([lp.row_upper[up_rows], -lp.row_lower[lo_rows]]),
+            A_eq=A[eq],
+            b_eq=lp.row_lower[eq],
+            bounds=list(zip(lp.var_lower, upper, strict=True)),
+            method="highs",
+        )
+        if r.status == 0:
+            best = min(best, r.fun + lp.objective_offset)
+    return lp.objective_sign * best
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_matches_brute_force(seed, batch_size):
+    model = random_model(seed)
+    sol = solve_pwl(model, PWLOptions(batch_size=batch_size))
+    exact = brute_force(model)
+    assert sol.status == MIPStatus.OPTIMAL, sol.message
+    assert abs(sol.objective - exact) <= 1e-4 * max(1.0, abs(exact))
+    assert sol.bound <= sol.objective + 1e-9
+    assert model.check(sol.x) <= 1e-4
+    np.testing.assert_allclose(model.objective_value(sol.x), sol.objective, rtol=1e-4, atol=1e-6)
+
+
+def test_maximisation_reports_in_the_model_sense():
+    model = random_model(4)
+    model.maximize({t.z: -1.0 for t in model.terms})
+    sol = solve_pwl(model, PWLOptions(batch_size=4))
+    assert sol.status == MIPStatus.OPTIMAL
+    exact = brute_force(model)
+    assert abs(sol.objective - exact) <= 1e-4 * max(1.0, abs(exact))
+    assert sol.bound >= sol.objective - 1e-9  # an upper bound for a maximisation
+
+
+def test_pwl_in_a_constraint():
+    # minimise x subject to f(x) >= 3 with f rising then falling: the answer is the first
+    # crossing, a nonconvex feasible set (two intervals)
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0, name="x")
+    f = m.add_pwl(x, [0, 2, 4, 6, 8, 10], [0, 4, 1, 0, 5, 2])
+    m.add_constraint({f: 1.0}, lower=3.0)
+    m.add_constraint({x: 1.0}, lower=3.0)  # excludes the first bump: x in [7.2, 9.33]
+    m.minimize({x: 1.0})
+    sol = solve_pwl(m, PWLOptions(batch_size=4))
+    assert sol.status == MIPStatus.OPTIMAL
+    assert abs(sol.objective - 7.2) <= 1e-4
+
+
+def test_infeasible_model_is_proved_by_the_root():
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0)
+    f = m.add_pwl(x, [0, 5, 10], [0, 1, 2])
+    m.add_constraint({f: 1.0}, lower=3.0)  # f <= 2 everywhere
+    m.minimize({x: 1.0})
+    sol = solve_pwl(m, PWLOptions(batch_size=2))
+    assert sol.status == MIPStatus.INFEASIBLE
+    assert sol.nodes == 1 and "root relaxation" in sol.message and sol.x is None
+
+
+def test_infeasible_only_after_branching():
+    # the relaxation (convex hull of the graph) meets f = 2.5 with x in [4, 6]; the PWL
+    # graph never does, so only branching proves infeasibility
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0)
+    f = m.add_pwl(x, [0, 4, 5, 6, 10], [0, 0, 5, 0, 0])
+    m.add_constraint({f: 1.0}, lower=2.5, upper=2.5)
+    m.add_constraint({x: 1.0}, lower=4.0, upper=4.4)
+    m.minimize({x: 1.0})
+    sol = solve_pwl(m, PWLOptions(batch_size=2))
+    if sol.status == MIPStatus.OPTIMAL:  # f(x) = 2.5 at x = 4.5 lies outside [4, 4.4]
+        pytest.fail(f"found a point that cannot exist: {sol.x}")
+    assert sol.status == MIPStatus.INFEASIBLE
+
+
+def test_unbounded_model():
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0)
+    free = m.add_variable(-math.inf, math.inf, name="free")
+    f = m.add_pwl(x, [0, 5, 10], [0, 3, 1])
+    m.minimize({f: 1.0, free: 1.0})
+    sol = solve_pwl(m, PWLOptions(batch_size=2))
+    assert sol.status == MIPStatus.UNBOUNDED
+
+
+def test_node_limit_is_honest():
+    model = random_model(7, functions=5, segments=6)
+    sol = solve_pwl(model, PWLOptions(batch_size=1, node_limit=2, repair="off", pump=False))
+    assert sol.status in (MIPStatus.NODE_LIMIT, MIPStatus.OPTIMAL)
+    if sol.status == MIPStatus.NODE_LIMIT:
+        assert sol.nodes <= 2
+        assert sol.x is None or sol.gap >= 0
+
+
+# --------------------------------------------------------------------------------------
+# SOS2 branching pieces
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=3, max_size=12),
+    st.sampled_from(["weighted", "middle"]),
+)
+def test_split_is_strictly_inside_so_children_differ(values, rule):
+    lam = np.array(values)[None, :]
+    first, last, _, _ = sos2_structure(lam, 1e-9)
+    if first[0] < 0 or last[0] - first[0] < 2:
+        return
+    r = split_index(lam[0], int(first[0]), int(last[0]), rule)
+    assert first[0] < r < last[0]
+    # left child allows [.., r], right [r, ..]: each drops a nonzero of the parent
+    assert lam[0, last[0]] > 1e-9 and lam[0, first[0]] > 1e-9
+
+
+def test_split_refuses_adjacent_supports():
+    with pytest.raises(ValueError, match="strictly between"):
+        split_index(np.array([0.0, 0.5, 0.5, 0.0]), 1, 2, "middle")
+
+
+def test_sos2_structure():
+    lam = np.array([[0.0, 0.3, 0.7, 0.0], [0.5, 0.0, 0.0, 0.5], [1.0, 0.0, 0.0, 0.0]])
+    first, last, best, violation = sos2_structure(lam, 1e-9)
+    np.testing.assert_array_equal(first, [1, 0, 0])
+    np.testing.assert_array_equal(last, [2, 3, 0])
+    np.testing.assert_array_equal(best, [1, 0, 0])
+    np.testing.assert_allclose(violation, [0.0, 0.5, 0.0])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_pruning_never_removes_the_optimum(seed):
+    model = random_model(seed, functions=2, segments=3)
+    sol = solve_pwl(model, PWLOptions(batch_size=4))
+    exact = brute_force(model)
+    if not math.isfinite(exact):
+        assert sol.status == MIPStatus.INFEASIBLE
+        return
+    assert sol.status == MIPStatus.OPTIMAL
+    assert abs(sol.objective - exact) <= 1e-4 * max(1.0, abs(exact))
+    assert sol.bound <= exact + 1e-4 * max(1.0, abs(exact))
+
+
+def test_options_are_checked():
+    model = random_model(0)
+    for bad, match in (
+        (PWLOptions(batch_size=0), "batch_size must be >= 1"),
+        (PWLOptions(split="left"), "split must be"),
+        (PWLOptions(repair="always"), "repair must be"),
+        (PWLOptions(time_limit=0.0), "time_limit must be > 0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            solve_pwl(model, bad)
+    with pytest.raises(TypeError, match="model must be a PWLModel"):
+        solve_pwl("model")

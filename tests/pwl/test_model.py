@@ -1,0 +1,148 @@
+"""The PWL model builder: compilation to the lambda formulation and input checks."""
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxopt_suite.pwl import PWLModel
+
+
+def small_model():
+    m = PWLModel("small")
+    x = m.add_variable(0.0, 10.0, name="x")
+    y = m.add_variable(0.0, 10.0, name="y")
+    fx = m.add_pwl(x, [0, 4, 10], [0, 8, 9], name="fx")
+    fy = m.add_pwl(y, [0, 5, 10], [0, 3, 10], name="fy")
+    m.add_constraint({x: 1.0, y: 1.0}, lower=8.0, name="demand")
+    m.add_constraint({fx: 1.0, y: -2.0}, upper=20.0, name="pwl_row")
+    m.minimize({fx: 1.0, fy: 1.0}, constant=1.5)
+    return m, (x, y, fx, fy)
+
+
+def test_compiled_columns_rows_and_sets():
+    m, _ = small_model()
+    comp = m.compile()
+    lp = comp.lp
+    # x, y, then 3 + 3 lambda columns; z columns are substituted away
+    assert lp.num_cols == 8 and comp.num_vars == 2
+    assert lp.num_rows == 2 + 2 * 2  # user rows + convexity and link per term
+    np.testing.assert_array_equal(comp.set_columns, [[2, 3, 4], [5, 6, 7]])
+    np.testing.assert_array_equal(comp.column_set, [-1, -1, 0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(comp.column_position, [-1, -1, 0, 1, 2, 0, 1, 2])
+    A = lp.A.toarray()
+    # the PWL row substitutes fx = 0 l0 + 8 l1 + 9 l2
+    np.testing.assert_allclose(A[1], [0, -2, 0, 8, 9, 0, 0, 0])
+    np.testing.assert_allclose(A[2], [0, 0, 1, 1, 1, 0, 0, 0])  # convexity of fx
+    np.testing.assert_allclose(A[3], [1, 0, 0, -4, -10, 0, 0, 0])  # x = sum d lambda
+    np.testing.assert_allclose(lp.c, [0, 0, 0, 8, 9, 0, 3, 10])
+    assert lp.objective_offset == 1.5
+    np.testing.assert_allclose(lp.var_upper[2:], 1.0)
+
+
+def test_model_values_and_check_round_trip():
+    m, (x, y, fx, fy) = small_model()
+    comp = m.compile()
+    v = np.zeros(comp.lp.num_cols)
+    v[0], v[1] = 4.0, 5.0
+    v[3] = 1.0  # x = 4 at breakpoint 1
+    v[6] = 1.0  # y = 5 at breakpoint 1
+    values = comp.model_values(v)
+    np.testing.assert_allclose(values[[x.index, y.index, fx.index, fy.index]], [4, 5, 8, 3])
+    assert m.check(values) <= 1e-12
+    assert m.objective_value(values) == pytest.approx(8 + 3 + 1.5)
+    values[fx.index] = 7.0  # z off its function
+    assert m.check(values) == pytest.approx(1.0 / 9.0)
+
+
+def test_maximisation_is_negated_with_its_sign():
+    m, (_, _, fx, _) = small_model()
+    m.maximize({fx: 2.0}, constant=1.0)
+    lp = m.compile().lp
+    assert lp.objective_sign == -1 and lp.objective_offset == -1.0
+    np.testing.assert_allclose(lp.c[2:5], [0, -16, -18])
+
+
+@pytest.mark.parametrize(
+    ("breakpoints", "values", "match"),
+    [
+        ([0, 2, 2, 5], [0, 1, 2, 3], r"strictly increasing, got d\[1\] = 2.0 >= d\[2\] = 2.0"),
+        ([0, 3, 1], [0, 1, 2], "strictly increasing"),
+        ([0, math.inf], [0, 1], "must be finite .*unbounded PWL domain"),
+        ([0, 1, 2], [0, 1], "2 values for 3 breakpoints"),
+        ([1.0], [2.0], ">= 2 values"),
+        ([0, 1], [0, math.nan], "values must be finite"),
+        ([20, 30], [0, 1], "miss the breakpoint range"),
+    ],
+)
+def test_bad_breakpoints(breakpoints, values, match):
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0, name="x")
+    with pytest.raises(ValueError, match=match):
+        m.add_pwl(x, breakpoints, values)
+
+
+def test_bad_variables_and_rows():
+    m = PWLModel()
+    with pytest.raises(ValueError, match="lower bound 2.0 > upper bound 1.0"):
+        m.add_variable(2.0, 1.0, name="v")
+    with pytest.raises(ValueError, match="must not be NaN"):
+        m.add_variable(math.nan, 1.0)
+    x = m.add_variable(0.0, 1.0, name="x")
+    with pytest.raises(ValueError, match="give at least one finite side"):
+        m.add_constraint({x: 1.0})
+    with pytest.raises(ValueError, match="lower 2.0 > upper 1.0"):
+        m.add_constraint({x: 1.0}, lower=2.0, upper=1.0)
+    with pytest.raises(ValueError, match="coefficient of 'x' is nan"):
+        m.add_constraint({x: math.nan}, upper=1.0)
+    other = PWLModel()
+    foreign = other.add_variable(0.0, 1.0, name="elsewhere")
+    foreign2 = other.add_variable(0.0, 1.0, name="elsewhere2")
+    with pytest.raises(ValueError, match="does not belong to this model"):
+        m.add_constraint({foreign2: 1.0}, upper=1.0)
+    del foreign
+    with pytest.raises(TypeError, match="expected a Var"):
+        m.minimize({"x": 1.0})
+    z = m.add_pwl(x, [0, 1], [0, 1])
+    with pytest.raises(ValueError, match="x must be a model variable"):
+        m.add_pwl(z, [0, 1], [0, 1])
+
+
+def test_dict_round_trip_rebuilds_the_same_lp():
+    import json
+
+    m, _ = small_model()
+    m.add_variable(-math.inf, math.inf, name="free")
+    again = PWLModel.from_dict(json.loads(json.dumps(m.to_dict())))
+    a, b = m.compile().lp, again.compile().lp
+    assert (a.A != b.A).nnz == 0
+    for field in ("c", "row_lower", "row_upper", "var_lower", "var_upper"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert a.objective_offset == b.objective_offset and a.col_names == b.col_names
+    with pytest.raises(ValueError, match="not a PWL model description"):
+        PWLModel.from_dict({"format": "other"})
+
+
+def test_names_are_unique_and_vars_belong_to_their_model():
+    m = PWLModel()
+    x = m.add_variable(0.0, 1.0, name="x")
+    with pytest.raises(ValueError, match="variable name 'x' is already used"):
+        m.add_variable(0.0, 1.0, name="x")
+    m.add_constraint({x: 1.0}, upper=1.0, name="cap")
+    with pytest.raises(ValueError, match="constraint name 'cap' is already used"):
+        m.add_constraint({x: 1.0}, upper=2.0, name="cap")
+    m.add_variable(0.0, 1.0, name="v2")  # a user name that a default would take
+    assert m.add_variable(0.0, 1.0).name == "v3"
+    twin = PWLModel()
+    same = twin.add_variable(0.0, 1.0, name="x")  # same index and name, other model
+    with pytest.raises(ValueError, match="does not belong to this model"):
+        m.add_constraint({same: 1.0}, upper=1.0)
+
+
+def test_a_model_without_pwl_terms_compiles_to_a_plain_lp():
+    m = PWLModel("plain")
+    x = m.add_variable(0.0, 4.0, name="x")
+    m.add_constraint({x: 1.0}, lower=1.0)
+    m.minimize({x: 2.0})
+    comp = m.compile()
+    assert comp.num_sets == 0 and comp.lp.num_cols == 1 and comp.lp.name == "plain"
