@@ -778,6 +778,32 @@ def batch_park(batch: LPBatch, slots: Any) -> LPBatch:
     return batch._replace(state=batch.state._replace(status=status))
 
 
+def batch_resize(batch: LPBatch, keep: Any, size: int) -> LPBatch:
+    """A batch of ``size`` slots whose first ``len(keep)`` slots are ``batch``'s slots
+    ``keep`` (state and data as they are, mid-solve) and the rest parked: a vmapped loop
+    costs every lane, so a batch with few instances should be narrow. Each new size
+    compiles once."""
+    keep = np.asarray(keep, np.int64).reshape(-1)
+    old = batch.var_lower.shape[0]
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"size must be an int >= 1, got {size!r}")
+    if keep.size > size or (keep.size and (keep.min() < 0 or keep.max() >= old)):
+        raise ValueError(
+            f"keep must hold at most {size} indices in [0, {old}), got {keep.tolist()}"
+        )
+    pick = np.concatenate([keep, np.zeros(size - keep.size, np.int64)])
+    fields = {k: getattr(batch.data, k) for k in _BATCHED_FIELDS}
+    state, fields = _take_slots((batch.state, fields), jnp.asarray(pick))
+    resized = batch._replace(
+        data=batch.data._replace(**fields),
+        state=state,
+        var_lower=batch.var_lower[pick],
+        var_upper=batch.var_upper[pick],
+        costs=batch.costs[pick],
+    )
+    return batch_park(resized, np.arange(keep.size, size)) if size > keep.size else resized
+
+
 def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None) -> LPBatchSolution:
     """Per-slot results (in the LP's units, float64 dual bounds) of the batch's state;
     ``slots`` (indices): only those, in that order (the others stay on the device)."""

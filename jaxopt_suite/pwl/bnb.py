@@ -40,13 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxopt_suite.lp import (
+    LP,
     LPOptions,
     Status,
     batch_advance,
     batch_park,
     batch_refill,
+    batch_resize,
     batch_solution,
     batch_start,
+    solve_lp,
 )
 from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
 
@@ -85,9 +88,12 @@ class PWLOptions(NamedTuple):
     pump_iterations: int = 10  # per pump job before it gives up
     heuristic_fraction: float = 0.25  # at most this share of slots runs heuristics
     sos2_tolerance: float = 1e-9  # lambda above this counts as nonzero
-    # node LPs; None: tolerance 1e-6 in float64 (jax_enable_x64), 1e-4 in float32, which
-    # cannot reliably reach 1e-6
+    # node LPs (None: tolerance 1e-4). Pruning uses safe dual bounds, so a loose node
+    # tolerance costs only weaker bounds; incumbents are polished (below) for accuracy
     lp: LPOptions | None = None
+    # each new incumbent's LP (its SOS2 pairs fixed) is re-solved to this tolerance (None:
+    # 1e-6 in float64 (jax_enable_x64), 1e-5 in float32, which cannot reach much lower)
+    polish_tolerance: float | None = None
     progress: bool = False
     progress_every: float = 1.0  # seconds between progress lines
     seed: int = 0
@@ -252,9 +258,11 @@ def solve_pwl(model: PWLModel, options: PWLOptions | None = None) -> MIPSolution
         raise TypeError(f"model must be a PWLModel, got {type(model).__name__}")
     options = PWLOptions() if options is None else options
     _check_options(options)
+    x64 = jnp.result_type(float) == jnp.float64
     if options.lp is None:
-        x64 = jnp.result_type(float) == jnp.float64
-        options = options._replace(lp=LPOptions(tolerance=1e-6 if x64 else 1e-4))
+        options = options._replace(lp=LPOptions(tolerance=1e-4))
+    if options.polish_tolerance is None:
+        options = options._replace(polish_tolerance=1e-6 if x64 else 1e-5)
     compiled = model.compile()
     return _Solver(model, compiled, options).run()
 
@@ -324,9 +332,57 @@ class _Solver:
 
     # -- incumbents ----------------------------------------------------------------------
 
-    def _offer(self, objective: float, x: np.ndarray, elapsed: float) -> None:
+    def polish_options(self) -> LPOptions:
+        """Node LP options at ``polish_tolerance``, limited to a quarter of the time limit
+        (a constant per run: LP options are static, each value would compile anew)."""
+        limit = None if self.options.time_limit is None else self.options.time_limit / 4
+        return self.options.lp._replace(tolerance=self.options.polish_tolerance, time_limit=limit)
+
+    def _candidate_intervals(self, x: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+        """Per set, the pair of ``x``'s lambda support when it is a pair, else the
+        segment holding the argument's value, inside the node's ``[lo, hi]``."""
+        lam = self._lambda_table(x)
+        first, last, _, _ = sos2_structure(lam, self.options.sos2_tolerance)
+        k = self._segments(x)
+        k = np.minimum(np.maximum(k, lo), np.maximum(lo, hi - 1))
+        pair = (last - first) == 1
+        new_lo = np.where(pair, first, k).astype(np.int32)
+        new_hi = np.where(pair, last, np.minimum(k + 1, hi)).astype(np.int32)
+        return new_lo, new_hi
+
+    def _segments(self, x: np.ndarray) -> np.ndarray:
+        """The segment of each PWL argument's value in ``x``."""
+        xhat = x[self.x_lp_cols]
+        return np.array(
+            [
+                np.searchsorted(self.breaks[s, : self.sizes[s]], xhat[s], "right") - 1
+                for s in range(self.S)
+            ],
+            np.int64,
+        ).clip(0, np.maximum(self.sizes - 2, 0))
+
+    def _polish(self, lo, hi, x: np.ndarray, y: np.ndarray | None):
+        """Solves the LP with only the lambda intervals ``[lo, hi]`` (pairs) allowed, to
+        ``polish_tolerance``, warm started from ``(x, y)``: ``(objective, x)``, or None
+        when it is not solved to optimality (then ``x`` was no PWL point)."""
+        lower, upper = self._bounds(lo, hi)
+        lp = self.lp
+        restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset)
+        y0 = np.zeros(lp.num_rows) if y is None else y
+        sol = solve_lp(restricted, self.polish_options(), warm_start=(np.clip(x, lower, upper), y0))
+        if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
+            return float(sol.objective), sol.x
+        return None
+
+    def _offer(self, lo, hi, x: np.ndarray, y: np.ndarray | None, elapsed: float) -> bool:
+        """Polishes the candidate of intervals ``[lo, hi]`` (pairs) and keeps it if it
+        beats the incumbent; False when the polished LP has no optimum (no PWL point)."""
+        polished = self._polish(lo, hi, x, y)
+        if polished is None:
+            return False
+        objective, x = polished
         if not objective < self.incumbent:
-            return
+            return True
         self.incumbent, self.incumbent_x = float(objective), x.copy()
         if math.isnan(self.first_time):
             self.first_time = elapsed
@@ -360,13 +416,7 @@ class _Solver:
             *_, best, _ = sos2_structure(lam, self.options.sos2_tolerance)
             k = best
         else:
-            xhat = x[self.x_lp_cols]
-            k = np.array(
-                [
-                    np.searchsorted(self.breaks[s, : self.sizes[s]], xhat[s], "right") - 1
-                    for s in range(self.S)
-                ]
-            )
+            k = self._segments(x)
         k = np.minimum(np.maximum(k, lo), np.maximum(lo, hi - 1))
         new_lo, new_hi = k.astype(np.int32), np.minimum(k + 1, hi).astype(np.int32)
         if np.array_equal(new_lo, lo) and np.array_equal(new_hi, hi):
@@ -449,7 +499,7 @@ class _Solver:
 
     def run(self) -> MIPSolution:
         opts = self.options
-        start = time.perf_counter()
+        start = self.start = time.perf_counter()
         B = int(opts.batch_size)
         lp = self.lp
         m, n = lp.num_rows, lp.num_cols
@@ -457,9 +507,15 @@ class _Solver:
         root_hi = (self.sizes - 1).astype(np.int32)
         self.store.push(root_lo, root_hi, -math.inf, 0, -1)
         lower, upper = self._bounds(root_lo, root_hi)
-        batch = batch_start(lp, np.tile(lower, (B, 1)), np.tile(upper, (B, 1)), options=opts.lp)
-        batch = batch_park(batch, np.arange(B))
-        slots: list[_Job | None] = [None] * B
+        # batch widths B, B/4, B/16, ...: a vmapped loop costs every lane, parked or not,
+        # so the batch is as narrow as the work at hand (each width compiles once)
+        widths = sorted({max(1, B // 4**k) for k in range(12)})
+        width = widths[0]
+        batch = batch_start(
+            lp, np.tile(lower, (width, 1)), np.tile(upper, (width, 1)), options=opts.lp
+        )
+        batch = batch_park(batch, np.arange(width))
+        slots: list[_Job | None] = [None] * width
         status = None
         rounds = 0
         last_print = -math.inf
@@ -467,6 +523,14 @@ class _Solver:
         heuristic_cap = max(1, int(opts.heuristic_fraction * B)) if B > 1 else 1
         while True:
             elapsed = time.perf_counter() - start
+            # ---- resize to the work at hand
+            busy = [i for i, job in enumerate(slots) if job is not None]
+            demand = len(busy) + len(self.heuristics) + self.store.count()
+            target = next((w for w in widths if w >= demand), B)
+            if target != width:
+                batch = batch_resize(batch, busy, target)
+                slots = [slots[i] for i in busy] + [None] * (target - len(busy))
+                width = target
             # ---- fill free slots
             free = [i for i, job in enumerate(slots) if job is None]
             jobs: list[_Job] = []
@@ -603,8 +667,8 @@ class _Solver:
         st = Status(int(sol.status[row]))
         x, y = sol.x[row], sol.y[row]
         if job.kind == "repair":
-            if st == Status.OPTIMAL:
-                self._offer(float(sol.objective[row]), x, elapsed)
+            if st == Status.OPTIMAL and sol.objective[row] < self.incumbent:
+                self._offer(job.lo, job.hi, x, y, elapsed)
             return None
         if job.kind == "pump":
             if st in (Status.OPTIMAL, Status.ITERATION_LIMIT) and np.all(np.isfinite(x)):
@@ -633,9 +697,14 @@ class _Solver:
             span = last - first
             branchable = span >= 2
         if st == Status.OPTIMAL and finite and not np.any(branchable):
-            self._offer(float(sol.objective[row]), x, elapsed)
-            return None
-        if leaf:
+            # the point looks SOS2-feasible: its polished LP decides
+            lo, hi = (job.lo, job.hi) if leaf else self._candidate_intervals(x, job.lo, job.hi)
+            if self._offer(lo, hi, x, y, elapsed) and (leaf or bool(np.all(hi - lo <= 1))):
+                return None  # the node's optimum is that point (to the LP tolerance)
+            if leaf:
+                return None  # the leaf's own LP has no optimum: infeasible
+            branchable = np.zeros(self.S, bool)  # fall through to a middle split
+        elif leaf:
             if st != Status.OPTIMAL:
                 self.unresolved.append(bound)
             return None
@@ -643,10 +712,9 @@ class _Solver:
         if finite and np.any(branchable):
             s = int(np.argmax(np.where(branchable, violation, -1.0)))
             r = split_index(lam[s], int(first[s]), int(last[s]), self.options.split)
-        else:  # no usable point: halve the widest interval
+        else:  # no usable point: halve the widest interval (width >= 2 off a leaf)
             s = int(np.argmax(job.hi - job.lo))
-            r = int((job.lo[s] + job.hi[s]) // 2)
-            r = min(max(r, job.lo[s]), job.hi[s])
+            r = int((job.lo[s] + job.hi[s] + 1) // 2)
         left_hi, right_lo = job.hi.copy(), job.lo.copy()
         left_hi[s], right_lo[s] = r, r
         warm = self._keep_warm(x, y, 2) if finite else -1

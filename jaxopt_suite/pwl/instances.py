@@ -127,7 +127,10 @@ def portfolio(assets: int, scenarios: int, segments: int, seed: int = 0) -> PWLM
 
     m = PWLModel(f"portfolio_n{n}_t{T}_k{K}_s{seed}")
     x = [m.add_variable(0.0, upper[j], name=f"x{j}") for j in range(n)]
-    d = [m.add_variable(0.0, math.inf, name=f"d{t}") for t in range(T)]
+    # |dev_t . x| over the box: a finite bound d_t never reaches at an optimum (d_t is the
+    # larger of +-dev_t . x there), which keeps safe Lagrangian bounds finite
+    d_cap = np.maximum(np.maximum(dev, 0.0) @ upper, np.maximum(-dev, 0.0) @ upper)
+    d = [m.add_variable(0.0, float(d_cap[t]), name=f"d{t}") for t in range(T)]
     cost = [m.add_pwl(x[j], *costs[j], name=f"cost{j}") for j in range(n)]
     for t in range(T):
         row = dict(zip(x, dev[t].tolist(), strict=True))
