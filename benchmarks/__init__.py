@@ -10,6 +10,7 @@ SUITES = {
     "bilevel": "benchmarks.bilevel",
     "lp": "benchmarks.lp",
     "online_bilevel": "benchmarks.online_bilevel",
+    "pwl": "benchmarks.pwl",
     "zo": "benchmarks.zo",
 }
 

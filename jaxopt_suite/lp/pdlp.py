@@ -679,7 +679,18 @@ def _scaled_start(scaling: Scaling, data: _Data, x0, y0) -> _State:
     dtype = data.c.dtype
     x0 = np.clip(scaling.scale_primal(x0), np.asarray(data.var_lower), np.asarray(data.var_upper))
     y0 = scaling.scale_dual(y0)
-    return jax.vmap(_initial_state)(jnp.asarray(x0, dtype), jnp.asarray(y0, dtype))
+    return _initial_states(jnp.asarray(x0, dtype), jnp.asarray(y0, dtype))
+
+
+_initial_states = jax.jit(jax.vmap(_initial_state))
+
+
+def _pad_index(index: np.ndarray) -> np.ndarray:
+    """``index`` padded to the next power of two by repeating its last entry, so that
+    the jitted slot updates see few distinct shapes (a repeated write of the same row is
+    harmless)."""
+    size = 1 << max(index.size - 1, 0).bit_length()
+    return np.concatenate([index, np.full(size - index.size, index[-1], index.dtype)])
 
 
 @functools.lru_cache(maxsize=16)
@@ -742,15 +753,19 @@ def batch_refill(
     lower, upper, costs, x0, y0 = _batch_inputs(
         batch.lp, var_lower, var_upper, c, warm_start, batch=slots.size
     )
+    if slots.size == 0:
+        return batch
     all_lower, all_upper, all_costs = (
         a.copy() for a in (batch.var_lower, batch.var_upper, batch.costs)
     )
     all_lower[slots], all_upper[slots], all_costs[slots] = lower, upper, costs
     base, scaling = _prepare(batch.lp, batch.options, batched=True)
-    # only the refilled rows move to the device
+    # only the refilled rows move to the device, padded to a power of two
+    rows = _pad_index(np.arange(slots.size))
+    lower, upper, costs, x0, y0 = (a[rows] for a in (lower, upper, costs, x0, y0))
     new_data = _scaled_data(base, scaling, lower, upper, costs)
     fresh = _scaled_start(scaling, new_data, x0, y0)
-    index = jnp.asarray(slots)
+    index = jnp.asarray(slots[rows])
     fields = {k: getattr(batch.data, k) for k in _BATCHED_FIELDS}
     fields, state = _put_slots(
         (fields, batch.state), index, ({k: getattr(new_data, k) for k in _BATCHED_FIELDS}, fresh)
@@ -774,8 +789,15 @@ def batch_park(batch: LPBatch, slots: Any) -> LPBatch:
     size = batch.var_lower.shape[0]
     if slots.size and (slots.min() < 0 or slots.max() >= size):
         raise ValueError(f"slots must be indices in [0, {size}), got {slots.tolist()}")
-    status = batch.state.status.at[jnp.asarray(slots)].set(PARKED)
+    if slots.size == 0:
+        return batch
+    status = _park_slots(batch.state.status, jnp.asarray(_pad_index(slots)))
     return batch._replace(state=batch.state._replace(status=status))
+
+
+@jax.jit
+def _park_slots(status, index):
+    return status.at[index].set(PARKED)
 
 
 def batch_resize(batch: LPBatch, keep: Any, size: int) -> LPBatch:
@@ -819,10 +841,11 @@ def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None)
         )
     else:
         pick = np.asarray(slots, np.int64).reshape(-1)
-        x_out, y_out, status, iterations, residuals = _take_slots(
+        taken = _take_slots(
             (state.x_out, state.y_out, state.status, state.iterations, state.residuals),
-            jnp.asarray(pick),
+            jnp.asarray(_pad_index(pick)),
         )
+        x_out, y_out, status, iterations, residuals = (np.asarray(a)[: pick.size] for a in taken)
     costs, lower, upper = batch.costs[pick], batch.var_lower[pick], batch.var_upper[pick]
     x = scaling.unscale_primal(np.asarray(x_out, np.float64))
     y = scaling.unscale_dual(np.asarray(y_out, np.float64))

@@ -252,17 +252,32 @@ def _check_options(options: PWLOptions) -> None:
         raise ValueError(f"evaluations must be >= 1, got {options.evaluations}")
 
 
+def resolve_options(options: PWLOptions) -> PWLOptions:
+    """``options`` with the precision-dependent defaults filled in."""
+    x64 = jnp.result_type(float) == jnp.float64
+    if options.lp is None:
+        options = options._replace(lp=LPOptions(tolerance=1e-4))
+    if options.polish_tolerance is None:
+        options = options._replace(polish_tolerance=1e-6 if x64 else 1e-5)
+    return options
+
+
+def polish_options(options: PWLOptions) -> LPOptions:
+    """The LP options incumbents are polished with: the node options at
+    ``polish_tolerance``, limited to a quarter of the time limit (a constant per run: LP
+    options are static, each value would compile anew)."""
+    options = resolve_options(options)
+    limit = None if options.time_limit is None else options.time_limit / 4
+    return options.lp._replace(tolerance=options.polish_tolerance, time_limit=limit)
+
+
 def solve_pwl(model: PWLModel, options: PWLOptions | None = None) -> MIPSolution:
     """Solves ``model`` by batched branch-and-bound (see the module docstring)."""
     if not isinstance(model, PWLModel):
         raise TypeError(f"model must be a PWLModel, got {type(model).__name__}")
     options = PWLOptions() if options is None else options
     _check_options(options)
-    x64 = jnp.result_type(float) == jnp.float64
-    if options.lp is None:
-        options = options._replace(lp=LPOptions(tolerance=1e-4))
-    if options.polish_tolerance is None:
-        options = options._replace(polish_tolerance=1e-6 if x64 else 1e-5)
+    options = resolve_options(options)
     compiled = model.compile()
     return _Solver(model, compiled, options).run()
 
@@ -333,10 +348,7 @@ class _Solver:
     # -- incumbents ----------------------------------------------------------------------
 
     def polish_options(self) -> LPOptions:
-        """Node LP options at ``polish_tolerance``, limited to a quarter of the time limit
-        (a constant per run: LP options are static, each value would compile anew)."""
-        limit = None if self.options.time_limit is None else self.options.time_limit / 4
-        return self.options.lp._replace(tolerance=self.options.polish_tolerance, time_limit=limit)
+        return polish_options(self.options)
 
     def _candidate_intervals(self, x: np.ndarray, lo: np.ndarray, hi: np.ndarray):
         """Per set, the pair of ``x``'s lambda support when it is a pair, else the
