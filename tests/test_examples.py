@@ -49,3 +49,11 @@ def test_aobo_regret_tracks_the_drift():
     assert aobo[1]["inner"] < 1000 * 15
     for T in (100, 1000):
         assert out["AOBO", T]["regret"] < out["FSOBO", T]["regret"]
+
+
+def test_pwl_transportation_matches_highs():
+    example = _load("pwl_transportation")
+    out = example.main(["--quick", "--batch-size", "4"])
+    ours, highs = out["ours"], out["highs"]
+    assert ours.status.name == "OPTIMAL" and highs.status == "optimal"
+    assert abs(ours.objective - highs.objective) <= 1e-4 * abs(highs.objective)

@@ -776,6 +776,11 @@ class _Solver:
             )
         elif status in (MIPStatus.NODE_LIMIT, MIPStatus.TIME_LIMIT) and not math.isfinite(inc):
             message += "; no feasible point found"
+        if self.unresolved and status == MIPStatus.NODE_LIMIT:
+            message = (
+                f"{len(self.unresolved)} leaf LPs stopped before their tolerance (raise "
+                "lp.max_iterations); the bound keeps their safe dual bounds"
+            )
         return MIPSolution(
             x=x,
             objective=objective,

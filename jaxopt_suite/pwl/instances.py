@@ -442,6 +442,21 @@ def save(spec: InstanceSpec, directory: str | Path) -> Path:
     return path
 
 
+def export(directory: str | Path, specs=None, formulation: str = "cc") -> list[Path]:
+    """Writes every instance of ``specs`` (default :data:`SUITE`) as ``<name>.json`` and as
+    ``<name>.mps`` (the binary ``formulation`` of :func:`jaxopt_suite.pwl.highs.write_pwl_mps`,
+    readable by any MIP solver); returns the paths written."""
+    from jaxopt_suite.pwl.highs import write_pwl_mps
+
+    paths = []
+    for spec in SUITE if specs is None else specs:
+        paths.append(save(spec, directory))
+        mps = Path(directory) / f"{spec.name}.mps"
+        write_pwl_mps(build(spec), mps, formulation)
+        paths.append(mps)
+    return paths
+
+
 def load(path: str | Path) -> PWLModel:
     """The model stored by :func:`save` (or any ``to_dict()`` JSON file)."""
     return PWLModel.from_dict(json.loads(Path(path).read_text()))

@@ -215,3 +215,40 @@ def test_options_are_checked():
             solve_pwl(model, bad)
     with pytest.raises(TypeError, match="model must be a PWLModel"):
         solve_pwl("model")
+
+
+@pytest.mark.parametrize("rule", ["segment", "mass"])
+def test_repair_returns_an_sos2_point_when_its_pairs_are_feasible(rule):
+    # repair narrows every set to one adjacent pair inside the node's intervals; whenever
+    # that LP is feasible, its answer is SOS2 (support within the pair) and a PWL point
+    from jaxopt_suite.lp import LP, LPOptions, Status, solve_lp
+    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for seed in range(6):
+        model = random_model(seed, functions=3, segments=5)
+        comp = model.compile()
+        solver = _Solver(model, comp, resolve_options(PWLOptions(repair=rule)))
+        root = solve_lp(comp.lp)
+        lo = np.zeros(comp.num_sets, np.int32)
+        hi = (comp.set_size - 1).astype(np.int32)
+        # a random node: each set's interval shrunk around a random position
+        for s in range(comp.num_sets):
+            a, b = sorted(rng.integers(0, comp.set_size[s], 2))
+            lo[s], hi[s] = a, max(b, a + 1) if a + 1 < comp.set_size[s] else b
+        job = solver._repair_job(lo, hi, root.x, None)
+        if job is None:
+            continue
+        assert np.all(job.hi - job.lo <= 1) and np.all(job.lo >= lo) and np.all(job.hi <= hi)
+        lower, upper = solver._bounds(job.lo, job.hi)
+        lp = comp.lp
+        restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper)
+        sol = solve_lp(restricted, LPOptions(tolerance=1e-8))
+        if sol.status != Status.OPTIMAL:
+            continue
+        first, last, _, _ = sos2_structure(comp.lambdas(sol.x), 1e-9)
+        assert np.all(last - first <= 1)
+        assert model.check(comp.model_values(sol.x)) <= 1e-6
+        checked += 1
+    assert checked >= 2  # the random nodes must include feasible repairs

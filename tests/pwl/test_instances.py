@@ -283,3 +283,17 @@ def test_transportation_structure_and_witness():
         else:
             i += 1
     assert m.check(point(m, x)) <= 1e-12
+
+
+def test_export_writes_json_and_mps(tmp_path):
+    from jaxopt_suite.lp import read_mps
+    from jaxopt_suite.pwl.highs import binary_formulation
+
+    spec = min(inst.SUITE, key=lambda s: s.pwl_terms)
+    paths = inst.export(tmp_path, [spec])
+    assert sorted(p.suffix for p in paths) == [".json", ".mps"]
+    lp = read_mps(tmp_path / f"{spec.name}.mps")
+    expected, _ = binary_formulation(inst.build(spec), "cc")
+    assert lp.A.shape == expected.A.shape and int(lp.integer.sum()) == int(expected.integer.sum())
+    again = inst.load(tmp_path / f"{spec.name}.json")
+    assert again.to_dict()["variables"] == inst.build(spec).to_dict()["variables"]
