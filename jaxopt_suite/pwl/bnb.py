@@ -87,6 +87,9 @@ class PWLOptions(NamedTuple):
     pump_seeds: int = 4  # pump jobs started from the root relaxation
     pump_iterations: int = 10  # per pump job before it gives up
     heuristic_fraction: float = 0.25  # at most this share of slots runs heuristics
+    # while there is no incumbent, a node LP still running after this many rounds lends
+    # its current iterate to a repair and a pump job (large LPs converge slowly)
+    early_heuristic_rounds: int = 8
     sos2_tolerance: float = 1e-9  # lambda above this counts as nonzero
     # node LPs (None: tolerance 1e-4). Pruning uses safe dual bounds, so a loose node
     # tolerance costs only weaker bounds; incumbents are polished (below) for accuracy
@@ -117,6 +120,9 @@ class MIPSolution(NamedTuple):
     first_incumbent_time: float
     lp_x: np.ndarray | None
     rounds: int
+    # the incumbent was re-solved to polish_tolerance; False for a point feasible to the
+    # node tolerance only, reported when no polished one exists (never used to prune)
+    polished: bool
 
 
 class _Store:
@@ -248,6 +254,10 @@ def _check_options(options: PWLOptions) -> None:
         raise ValueError(f"repair must be 'segment', 'mass' or 'off', got {options.repair!r}")
     if not 0 <= options.dive_fraction <= 1 or not 0 <= options.heuristic_fraction < 1:
         raise ValueError("dive_fraction must lie in [0, 1] and heuristic_fraction in [0, 1)")
+    if int(options.early_heuristic_rounds) < 1:
+        raise ValueError(
+            f"early_heuristic_rounds must be >= 1, got {options.early_heuristic_rounds}"
+        )
     if int(options.evaluations) < 1:
         raise ValueError(f"evaluations must be >= 1, got {options.evaluations}")
 
@@ -264,10 +274,10 @@ def resolve_options(options: PWLOptions) -> PWLOptions:
 
 def polish_options(options: PWLOptions) -> LPOptions:
     """The LP options incumbents are polished with: the node options at
-    ``polish_tolerance``, limited to a quarter of the time limit (a constant per run: LP
+    ``polish_tolerance``, limited to an eighth of the time limit (a constant per run: LP
     options are static, each value would compile anew)."""
     options = resolve_options(options)
-    limit = None if options.time_limit is None else options.time_limit / 4
+    limit = None if options.time_limit is None else options.time_limit / 8
     return options.lp._replace(tolerance=options.polish_tolerance, time_limit=limit)
 
 
@@ -313,6 +323,8 @@ class _Solver:
         self.unresolved: list[float] = []  # bounds of leaves whose LP never finished
         self.heuristics: list[_Job] = []
         self.running: list[float] = []  # bounds of node jobs in flight
+        self.polish_failures = 0
+        self.fallback: tuple[float, np.ndarray | None] = (math.inf, None)  # unpolished
 
     # -- bounds and costs of jobs ----------------------------------------------------------
 
@@ -375,26 +387,47 @@ class _Solver:
 
     def _polish(self, lo, hi, x: np.ndarray, y: np.ndarray | None):
         """Solves the LP with only the lambda intervals ``[lo, hi]`` (pairs) allowed, to
-        ``polish_tolerance``, warm started from ``(x, y)``: ``(objective, x)``, or None
-        when it is not solved to optimality (then ``x`` was no PWL point)."""
+        ``polish_tolerance``, warm started from ``(x, y)``: ``("optimal", objective, x)``,
+        ``("infeasible", ...)`` when a dual ray proves ``x`` was no PWL point, or
+        ``("unfinished", ...)`` (time or iteration limit)."""
         lower, upper = self._bounds(lo, hi)
         lp = self.lp
         restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset)
         y0 = np.zeros(lp.num_rows) if y is None else y
         sol = solve_lp(restricted, self.polish_options(), warm_start=(np.clip(x, lower, upper), y0))
         if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
-            return float(sol.objective), sol.x
-        return None
+            return "optimal", float(sol.objective), sol.x
+        if sol.status == Status.PRIMAL_INFEASIBLE:
+            return "infeasible", math.nan, None
+        return "unfinished", math.nan, None
 
-    def _offer(self, lo, hi, x: np.ndarray, y: np.ndarray | None, elapsed: float) -> bool:
-        """Polishes the candidate of intervals ``[lo, hi]`` (pairs) and keeps it if it
-        beats the incumbent; False when the polished LP has no optimum (no PWL point)."""
-        polished = self._polish(lo, hi, x, y)
-        if polished is None:
-            return False
-        objective, x = polished
+    def _offer(
+        self, lo, hi, x: np.ndarray, y: np.ndarray | None, objective: float, elapsed: float
+    ) -> str:
+        """Polishes the candidate ``x`` of intervals ``[lo, hi]`` (pairs; LP objective
+        ``objective``) and keeps it if it beats the incumbent: ``"accepted"``.
+        ``"rejected"`` when the polished LP is infeasible (``x`` was no PWL point).
+        ``"fallback"`` when the polish runs out of time: the candidate is kept, feasible to
+        the node tolerance only, as the answer if no polished one turns up
+        (``MIPSolution.polished`` says so), and never used to prune; after two such,
+        polishing stops (the LPs of this model are too slow for it)."""
+        state = "unfinished"
+        if self.polish_failures < 2:
+            state, polished_objective, polished_x = self._polish(lo, hi, x, y)
+        if state == "infeasible":
+            return "rejected"
+        if state != "optimal":
+            # feasible only to the node tolerance: kept as a fallback answer, never used to
+            # prune (an objective a little below the true one would cut off the optimum)
+            self.polish_failures += 1
+            if objective < self.fallback[0]:
+                self.fallback = (float(objective), x.copy())
+                if math.isnan(self.first_time):
+                    self.first_time = elapsed
+            return "fallback"
+        objective, x = polished_objective, polished_x
         if not objective < self.incumbent:
-            return True
+            return "accepted"
         self.incumbent, self.incumbent_x = float(objective), x.copy()
         if math.isnan(self.first_time):
             self.first_time = elapsed
@@ -402,6 +435,7 @@ class _Solver:
         self.history.append((elapsed, self.nodes, self.sign * self.incumbent, self.sign * bound))
         for i in self.store.prune_above(self._cutoff()):
             self._drop_warm(int(self.store.warm[i]))
+        return "accepted"
 
     def _cutoff(self) -> float:
         if not math.isfinite(self.incumbent):
@@ -528,6 +562,7 @@ class _Solver:
         )
         batch = batch_park(batch, np.arange(width))
         slots: list[_Job | None] = [None] * width
+        started: list[int] = [0] * width  # round each slot's job started (-1: lent)
         status = None
         rounds = 0
         last_print = -math.inf
@@ -542,6 +577,7 @@ class _Solver:
             if target != width:
                 batch = batch_resize(batch, busy, target)
                 slots = [slots[i] for i in busy] + [None] * (target - len(busy))
+                started = [started[i] for i in busy] + [0] * (target - len(busy))
                 width = target
             # ---- fill free slots
             free = [i for i, job in enumerate(slots) if job is None]
@@ -604,6 +640,7 @@ class _Solver:
                 )
                 for i, job in zip(use, jobs, strict=True):
                     slots[i] = job
+                    started[i] = rounds
             if all(job is None for job in slots):
                 status = self._final_status(elapsed)
                 break
@@ -631,6 +668,8 @@ class _Solver:
                         root_done = True
                 if status is not None:
                     break
+            if not math.isfinite(self.incumbent) and not self.heuristics:
+                self._lend_iterates(batch, slots, started, rounds)
             running_bounds = [j.bound for j in slots if j is not None and j.kind == "node"]
             bound = self.bound(running_bounds)
             if self._gap_closed(bound):
@@ -654,11 +693,40 @@ class _Solver:
             if status not in (MIPStatus.INFEASIBLE, MIPStatus.UNBOUNDED)
             else self.incumbent
         )
-        if status == MIPStatus.OPTIMAL and not math.isfinite(self.incumbent):
+        if status == MIPStatus.OPTIMAL and not (
+            math.isfinite(self.incumbent) or math.isfinite(self.fallback[0])
+        ):
             status = MIPStatus.INFEASIBLE
         if opts.progress:
             self._print(elapsed, bound)
         return self._solution(status, bound, elapsed, rounds)
+
+    def _lend_iterates(self, batch, slots, started, rounds) -> None:
+        """Repair and pump jobs from the current iterate of node LPs that have run for
+        ``early_heuristic_rounds`` (once per node job)."""
+        wait = int(self.options.early_heuristic_rounds)
+        lend = [
+            i
+            for i, job in enumerate(slots)
+            if job is not None
+            and job.kind == "node"
+            and started[i] >= 0
+            and rounds - started[i] >= wait
+        ]
+        if not lend:
+            return
+        sol = batch_solution(batch, slots=lend)
+        for row, i in enumerate(lend):
+            started[i] = -1
+            job, x, y = slots[i], sol.x[row], sol.y[row]
+            if not np.all(np.isfinite(x)):
+                continue
+            if self.options.repair != "off":
+                rep = self._repair_job(job.lo, job.hi, x, (x, y))
+                if rep is not None:
+                    self.heuristics.append(rep)
+            if self.options.pump:
+                self.heuristics.append(self._pump_job(job.lo, job.hi, x, (x, y), 0))
 
     def _gap_closed(self, bound: float) -> bool:
         if not math.isfinite(self.incumbent):
@@ -669,18 +737,21 @@ class _Solver:
         )
 
     def _final_status(self, elapsed: float) -> MIPStatus:
+        """The tree is exhausted (or the node limit stopped it)."""
         if self.unresolved:
             return MIPStatus.NODE_LIMIT
         if self.store.count() and self.nodes >= self.options.node_limit:
             return MIPStatus.NODE_LIMIT
-        return MIPStatus.OPTIMAL if math.isfinite(self.incumbent) else MIPStatus.INFEASIBLE
+        # a complete search: optimal (to the node tolerance when only a fallback exists)
+        found = math.isfinite(self.incumbent) or math.isfinite(self.fallback[0])
+        return MIPStatus.OPTIMAL if found else MIPStatus.INFEASIBLE
 
     def _process(self, job: _Job, sol, row: int, elapsed: float) -> MIPStatus | None:
         st = Status(int(sol.status[row]))
         x, y = sol.x[row], sol.y[row]
         if job.kind == "repair":
             if st == Status.OPTIMAL and sol.objective[row] < self.incumbent:
-                self._offer(job.lo, job.hi, x, y, elapsed)
+                self._offer(job.lo, job.hi, x, y, float(sol.objective[row]), elapsed)
             return None
         if job.kind == "pump":
             if st in (Status.OPTIMAL, Status.ITERATION_LIMIT) and np.all(np.isfinite(x)):
@@ -711,10 +782,11 @@ class _Solver:
         if st == Status.OPTIMAL and finite and not np.any(branchable):
             # the point looks SOS2-feasible: its polished LP decides
             lo, hi = (job.lo, job.hi) if leaf else self._candidate_intervals(x, job.lo, job.hi)
-            if self._offer(lo, hi, x, y, elapsed) and (leaf or bool(np.all(hi - lo <= 1))):
+            verdict = self._offer(lo, hi, x, y, float(sol.objective[row]), elapsed)
+            if verdict == "accepted" and (leaf or bool(np.all(hi - lo <= 1))):
                 return None  # the node's optimum is that point (to the LP tolerance)
             if leaf:
-                return None  # the leaf's own LP has no optimum: infeasible
+                return None  # infeasible, or its answer kept as the fallback
             branchable = np.zeros(self.S, bool)  # fall through to a middle split
         elif leaf:
             if st != Status.OPTIMAL:
@@ -759,13 +831,15 @@ class _Solver:
     def _solution(
         self, status: MIPStatus, bound: float, elapsed: float, rounds: int
     ) -> MIPSolution:
-        inc = self.incumbent
+        inc, lp_x, polished = self.incumbent, self.incumbent_x, True
+        if not math.isfinite(inc) and math.isfinite(self.fallback[0]):
+            (inc, lp_x), polished = self.fallback, False
         if math.isfinite(inc):
             gap = max(inc - bound, 0.0) / max(abs(inc), 1e-9)
-            x = self.compiled.model_values(self.incumbent_x)
+            x = self.compiled.model_values(lp_x)
             objective = self.sign * inc
         else:
-            gap, x, objective = math.inf, None, math.nan
+            gap, x, objective, polished = math.inf, None, math.nan, False
         message = MESSAGES[status]
         if status == MIPStatus.INFEASIBLE:
             message = (
@@ -776,6 +850,11 @@ class _Solver:
             )
         elif status in (MIPStatus.NODE_LIMIT, MIPStatus.TIME_LIMIT) and not math.isfinite(inc):
             message += "; no feasible point found"
+        elif not polished:
+            message += (
+                "; the point is feasible to the node LP tolerance only (its polishing LP "
+                "did not finish)"
+            )
         if self.unresolved and status == MIPStatus.NODE_LIMIT:
             message = (
                 f"{len(self.unresolved)} leaf LPs stopped before their tolerance (raise "
@@ -792,8 +871,9 @@ class _Solver:
             time=elapsed,
             history=list(self.history),
             first_incumbent_time=self.first_time,
-            lp_x=None if self.incumbent_x is None else self.incumbent_x.copy(),
+            lp_x=None if lp_x is None else lp_x.copy(),
             rounds=rounds,
+            polished=polished,
         )
 
     def _print(self, elapsed: float, bound: float) -> None:
