@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -75,12 +77,51 @@ class EllMatrix:
         return out
 
 
+@functools.cache
+def _shared_matvec(vector: Callable, panel: Callable):
+    """``matrix @ x`` as a ``custom_vmap``: a batch of vectors against one shared matrix
+    becomes one panel product with the batch in the trailing axis, ``(A X^T)^T``."""
+
+    @custom_batching.custom_vmap
+    def matvec(matrix, x):
+        return vector(matrix, x)
+
+    @matvec.def_vmap
+    def batched(axis_size, in_batched, matrix, x):
+        matrix_batched, x_batched = in_batched
+        if any(jax.tree.leaves(matrix_batched)):
+            out = jax.vmap(vector, in_axes=(0, 0 if x_batched else None))(matrix, x)
+            return out, True
+        if not x_batched:
+            return matvec(matrix, x), False
+        return panel(matrix, x.T).T, True
+
+    return matvec
+
+
+class SharedOperator:
+    """``A`` and ``A^T`` in some stored form (``forward``, ``backward``): ``@`` a vector,
+    ``.T`` the transpose, and under ``vmap`` over vectors one panel product (what
+    ``solve_lp_batch`` does every iteration). Subclasses say how to multiply with
+    ``vector(matrix, x[n])`` and ``panel(matrix, X[n, B])``."""
+
+    forward: Any
+    backward: Any
+
+    def __matmul__(self, x: jax.Array) -> jax.Array:
+        return _shared_matvec(type(self).vector, type(self).panel)(self.forward, x)
+
+    @property
+    def T(self):
+        return type(self)(self.backward, self.forward)
+
+
 @functools.partial(
     jax.tree_util.register_dataclass, data_fields=["forward", "backward"], meta_fields=[]
 )
 @dataclasses.dataclass(frozen=True)
-class EllOperator:
-    """``A`` and ``A^T`` as :class:`EllMatrix`; ``@`` a vector, ``.T`` the transpose."""
+class EllOperator(SharedOperator):
+    """``A`` and ``A^T`` as :class:`EllMatrix`."""
 
     forward: EllMatrix
     backward: EllMatrix
@@ -90,27 +131,10 @@ class EllOperator:
         A = sp.csr_array(A)
         return cls(EllMatrix.from_scipy(A, dtype), EllMatrix.from_scipy(A.T, dtype))
 
-    def __matmul__(self, x: jax.Array) -> jax.Array:
-        return _ell_matvec(self.forward, x)
+    @staticmethod
+    def vector(matrix: EllMatrix, x: jax.Array) -> jax.Array:
+        return matrix.matvec(x)
 
-    @property
-    def T(self) -> EllOperator:
-        return EllOperator(self.backward, self.forward)
-
-
-@custom_batching.custom_vmap
-def _ell_matvec(matrix: EllMatrix, x: jax.Array) -> jax.Array:
-    return matrix.matvec(x)
-
-
-@_ell_matvec.def_vmap
-def _ell_matvec_batched(axis_size, in_batched, matrix, x):
-    matrix_batched, x_batched = in_batched
-    if any(jax.tree.leaves(matrix_batched)):
-        out = jax.vmap(lambda mat, v: mat.matvec(v), in_axes=(0, 0 if x_batched else None))(
-            matrix, x
-        )
-        return out, True
-    if not x_batched:
-        return _ell_matvec(matrix, x), False
-    return matrix.matvec(x.T).T, True
+    @staticmethod
+    def panel(matrix: EllMatrix, x: jax.Array) -> jax.Array:
+        return matrix.matvec(x)

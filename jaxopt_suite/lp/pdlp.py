@@ -33,11 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
-from jax import custom_batching
 from jax.experimental import io_callback
 from jax.experimental import sparse as jsparse
 
-from jaxopt_suite.lp.operator import EllOperator
+from jaxopt_suite.lp.operator import EllOperator, SharedOperator
 from jaxopt_suite.lp.precondition import Scaling, precondition
 from jaxopt_suite.lp.problem import LP
 from pallas_kernels import BlockELL, BlockSizes, bsr_spmm
@@ -125,7 +124,7 @@ def _power_norm(A: sp.csr_array, iterations: int = 200, seed: int = 0) -> float:
     jax.tree_util.register_dataclass, data_fields=["forward", "backward"], meta_fields=[]
 )
 @dataclasses.dataclass(frozen=True)
-class BlockOperator:
+class BlockOperator(SharedOperator):
     """``A`` and ``A^T`` as block-ELL matrices; ``@`` goes through the Pallas kernel."""
 
     forward: BlockELL
@@ -140,32 +139,13 @@ class BlockOperator:
             BlockELL.from_scipy(sp.csr_array(A).T, transposed, dtype),
         )
 
-    def __matmul__(self, x: jax.Array) -> jax.Array:
-        return _block_matvec(self.forward, x)
+    @staticmethod
+    def vector(matrix: BlockELL, x: jax.Array) -> jax.Array:
+        return bsr_spmm(matrix, x[:, None])[:, 0]
 
-    @property
-    def T(self) -> BlockOperator:
-        return BlockOperator(self.backward, self.forward)
-
-
-@custom_batching.custom_vmap
-def _block_matvec(matrix: BlockELL, x: jax.Array) -> jax.Array:
-    return bsr_spmm(matrix, x[:, None])[:, 0]
-
-
-@_block_matvec.def_vmap
-def _block_matvec_batched(axis_size, in_batched, matrix, x):
-    """A batch of vectors against one shared matrix is one SpMM with the batch in the
-    lanes, ``(A X^T)^T`` (what ``solve_lp_batch`` does every iteration)."""
-    matrix_batched, x_batched = in_batched
-    if any(jax.tree.leaves(matrix_batched)):
-        out = jax.vmap(
-            lambda m, v: bsr_spmm(m, v[:, None])[:, 0], in_axes=(0, 0 if x_batched else None)
-        )(matrix, x)
-        return out, True
-    if not x_batched:
-        return _block_matvec(matrix, x), False
-    return bsr_spmm(matrix, x.T).T, True
+    @staticmethod
+    def panel(matrix: BlockELL, x: jax.Array) -> jax.Array:
+        return bsr_spmm(matrix, x)
 
 
 # matrix="auto" stores A dense (at most 4e6 entries) from this density on, for one LP and
@@ -689,10 +669,12 @@ _initial_states = jax.jit(jax.vmap(_initial_state))
 
 
 def _pad_index(index: np.ndarray) -> np.ndarray:
-    """``index`` padded to the next power of two by repeating its last entry, so that
-    the jitted slot updates see few distinct shapes (a repeated write of the same row is
-    harmless)."""
-    size = 1 << max(index.size - 1, 0).bit_length()
+    """``index`` padded to the next power of four by repeating its last entry, so that
+    the jitted slot updates see few distinct shapes (each compiles once; a repeated write
+    of the same row is harmless)."""
+    size = 1
+    while size < index.size:
+        size *= 4
     return np.concatenate([index, np.full(size - index.size, index[-1], index.dtype)])
 
 

@@ -377,13 +377,10 @@ class _Solver:
     def _segments(self, x: np.ndarray) -> np.ndarray:
         """The segment of each PWL argument's value in ``x``."""
         xhat = x[self.x_lp_cols]
-        return np.array(
-            [
-                np.searchsorted(self.breaks[s, : self.sizes[s]], xhat[s], "right") - 1
-                for s in range(self.S)
-            ],
-            np.int64,
-        ).clip(0, np.maximum(self.sizes - 2, 0))
+        # breakpoints <= x, counted on the padded table (padding repeats the last one,
+        # so the count only overshoots past the last segment, which the clip undoes)
+        k = np.sum(self.breaks <= xhat[:, None], axis=1) - 1
+        return np.clip(k, 0, np.maximum(self.sizes - 2, 0))
 
     def _polish(self, lo, hi, x: np.ndarray, y: np.ndarray | None):
         """Solves the LP with only the lambda intervals ``[lo, hi]`` (pairs) allowed, to
@@ -572,7 +569,9 @@ class _Solver:
             elapsed = time.perf_counter() - start
             # ---- resize to the work at hand
             busy = [i for i, job in enumerate(slots) if job is not None]
-            demand = len(busy) + len(self.heuristics) + self.store.count()
+            busy_heuristics = sum(1 for i in busy if slots[i].kind != "node")
+            waiting = min(len(self.heuristics), max(0, heuristic_cap - busy_heuristics))
+            demand = len(busy) + waiting + self.store.count()
             target = next((w for w in widths if w >= demand), B)
             if target != width:
                 batch = batch_resize(batch, busy, target)
