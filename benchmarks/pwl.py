@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target
-from jaxopt_suite.lp import solve_lp
+from jaxopt_suite.lp import pdlp, solve_lp
 from jaxopt_suite.pwl import MIPStatus, PWLOptions, instances, solve_pwl
 from jaxopt_suite.pwl.bnb import polish_options
 from jaxopt_suite.pwl.highs import solve_highs
@@ -82,6 +82,15 @@ def _highs(model, time_limit: float) -> dict:
     }
 
 
+def _release() -> None:
+    """Drops the compiled programs and device data of earlier instances: 43 instances with
+    several batch widths each compile hundreds of programs, and keeping them all exhausts
+    the memory maps of a small machine."""
+    jax.clear_caches()
+    pdlp._prepare_cached.cache_clear()
+    pdlp._batched_advance.cache_clear()
+
+
 def _geomean(values) -> float:
     values = [v for v in values if math.isfinite(v) and v > 0]
     return float(np.exp(np.mean(np.log(values)))) if values else math.nan
@@ -118,6 +127,7 @@ def _run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     rows = {}
     with progress.stage("pwl: instances", len(specs)) as advance:
         for spec in specs:
+            _release()
             model = instances.build(spec)
             warm = _warm_up(model, time_limit)
             ours = _ours(model, time_limit)
@@ -136,6 +146,7 @@ def _run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     model = instances.build(instances.spec_by_name(THROUGHPUT_INSTANCE))
     with progress.stage("pwl: nodes/s vs B", len(throughput_batches)) as advance:
         for B in throughput_batches:
+            _release()
             _warm_up(model, throughput_time, B)
             throughput[str(B)] = _ours(model, throughput_time, B)
             advance()
