@@ -66,6 +66,7 @@ def _ours(model, time_limit: float, batch: int = BATCH) -> dict:
         "nodes": sol.nodes,
         "rounds": sol.rounds,
         "nodes_per_second": sol.nodes / sol.time if sol.time > 0 else math.nan,
+        "polished": sol.polished,
     }
 
 
