@@ -574,6 +574,10 @@ class LPBatchSolution(NamedTuple):
 _BATCHED_FIELDS = ("c", "var_lower", "var_upper", "c_raw", "var_lower_raw", "var_upper_raw")
 
 
+def _batched_fields(data: _Data) -> dict:
+    return {k: getattr(data, k) for k in _BATCHED_FIELDS}
+
+
 def _dual_bounds(lp: LP, costs, lower, upper, y) -> np.ndarray:
     """:func:`dual_bound` for every instance of a batch (float64, vectorised)."""
     lam = costs - (lp.A.T @ y.T).T
@@ -751,9 +755,8 @@ def batch_refill(
     new_data = _scaled_data(base, scaling, lower, upper, costs)
     fresh = _scaled_start(scaling, new_data, x0, y0)
     index = jnp.asarray(slots[rows])
-    fields = {k: getattr(batch.data, k) for k in _BATCHED_FIELDS}
     fields, state = _put_slots(
-        (fields, batch.state), index, ({k: getattr(new_data, k) for k in _BATCHED_FIELDS}, fresh)
+        (_batched_fields(batch.data), batch.state), index, (_batched_fields(new_data), fresh)
     )
     return batch._replace(
         data=batch.data._replace(**fields),
@@ -798,17 +801,20 @@ def batch_resize(batch: LPBatch, keep: Any, size: int) -> LPBatch:
         raise ValueError(
             f"keep must hold at most {size} indices in [0, {old}), got {keep.tolist()}"
         )
-    pick = np.concatenate([keep, np.zeros(size - keep.size, np.int64)])
-    fields = {k: getattr(batch.data, k) for k in _BATCHED_FIELDS}
-    state, fields = _take_slots((batch.state, fields), jnp.asarray(pick))
-    resized = batch._replace(
+    resized = _select_slots(batch, np.concatenate([keep, np.zeros(size - keep.size, np.int64)]))
+    return batch_park(resized, np.arange(keep.size, size)) if size > keep.size else resized
+
+
+def _select_slots(batch: LPBatch, pick: np.ndarray) -> LPBatch:
+    """The batch made of ``batch``'s slots ``pick`` (repeats allowed), state and data."""
+    state, fields = _take_slots((batch.state, _batched_fields(batch.data)), jnp.asarray(pick))
+    return batch._replace(
         data=batch.data._replace(**fields),
         state=state,
         var_lower=batch.var_lower[pick],
         var_upper=batch.var_upper[pick],
         costs=batch.costs[pick],
     )
-    return batch_park(resized, np.arange(keep.size, size)) if size > keep.size else resized
 
 
 def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None) -> LPBatchSolution:
@@ -900,10 +906,11 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     to_the_end = jnp.asarray(np.iinfo(np.int32).max, jnp.int32)
     full = batch.state
     active = np.arange(batch.var_lower.shape[0])  # original index of each working slot
-    data, state = batch.data, batch.state
+    work = batch
     while True:
         small = active.size < _COMPACT_MIN
-        state = advance(data, state, to_the_end if small else chunk)
+        state = advance(work.data, work.state, to_the_end if small else chunk)
+        work = work._replace(state=state)
         running = np.asarray(state.status) == _RUNNING
         count = int(running.sum())
         if count == 0 or small:
@@ -915,8 +922,6 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
                 [np.flatnonzero(running), np.full(size - count, np.flatnonzero(~running)[0])]
             )
             full = _put_slots(full, jnp.asarray(active), state)
-            batched = {k: getattr(data, k) for k in _BATCHED_FIELDS}
-            state, batched = _take_slots((state, batched), jnp.asarray(pick))
-            data = data._replace(**batched)
+            work = _select_slots(work, pick)
             active = active[pick]
-    return batch._replace(state=_put_slots(full, jnp.asarray(active), state))
+    return batch._replace(state=_put_slots(full, jnp.asarray(active), work.state))

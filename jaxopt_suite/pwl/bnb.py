@@ -225,6 +225,18 @@ def split_index(lam_row: np.ndarray, first: int, last: int, rule: str) -> int:
 # --------------------------------------------------------------------------------------
 
 
+def _node_bounds(slots) -> list[float]:
+    """Bounds of the node jobs in flight."""
+    return [j.bound for j in slots if j is not None and j.kind == "node"]
+
+
+def _pair_within(k: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """Intervals ``[k, k + 1]`` per set, moved inside ``[lo, hi]`` (a single column when
+    ``lo == hi``)."""
+    k = np.minimum(np.maximum(k, lo), np.maximum(lo, hi - 1))
+    return k.astype(np.int32), np.minimum(k + 1, hi).astype(np.int32)
+
+
 class _Job(NamedTuple):
     kind: str  # "node", "repair", "pump"
     node: int  # store row of a node job; -1 otherwise
@@ -308,9 +320,8 @@ class _Solver:
         for s, t in enumerate(compiled.terms):
             self.breaks[s, : t.segments + 1] = t.breakpoints
             self.breaks[s, t.segments + 1 :] = t.breakpoints[-1]
-        self.x_cols = np.array([t.x.index for t in compiled.terms], np.int64)
         col_of = {int(i): j for j, i in enumerate(compiled.model_columns)}
-        self.x_lp_cols = np.array([col_of[int(i)] for i in self.x_cols], np.int64)
+        self.x_lp_cols = np.array([col_of[t.x.index] for t in compiled.terms], np.int64)
         self.rng = np.random.default_rng(options.seed)
         self.store = _Store(int(options.capacity), self.S)
         self.warm: dict[int, list] = {}  # id -> [x, y, references]
@@ -354,9 +365,6 @@ class _Solver:
             del self.warm[key]
         return entry[0], entry[1]
 
-    def _drop_warm(self, key: int) -> None:
-        self._take_warm(key)
-
     # -- incumbents ----------------------------------------------------------------------
 
     def polish_options(self) -> LPOptions:
@@ -367,12 +375,11 @@ class _Solver:
         segment holding the argument's value, inside the node's ``[lo, hi]``."""
         lam = self._lambda_table(x)
         first, last, _, _ = sos2_structure(lam, self.options.sos2_tolerance)
-        k = self._segments(x)
-        k = np.minimum(np.maximum(k, lo), np.maximum(lo, hi - 1))
+        seg_lo, seg_hi = _pair_within(self._segments(x), lo, hi)
         pair = (last - first) == 1
-        new_lo = np.where(pair, first, k).astype(np.int32)
-        new_hi = np.where(pair, last, np.minimum(k + 1, hi)).astype(np.int32)
-        return new_lo, new_hi
+        return np.where(pair, first, seg_lo).astype(np.int32), np.where(pair, last, seg_hi).astype(
+            np.int32
+        )
 
     def _segments(self, x: np.ndarray) -> np.ndarray:
         """The segment of each PWL argument's value in ``x``."""
@@ -431,7 +438,7 @@ class _Solver:
         bound = self.bound(self.running)
         self.history.append((elapsed, self.nodes, self.sign * self.incumbent, self.sign * bound))
         for i in self.store.prune_above(self._cutoff()):
-            self._drop_warm(int(self.store.warm[i]))
+            self._take_warm(int(self.store.warm[i]))  # releases its share
         return "accepted"
 
     def _cutoff(self) -> float:
@@ -460,8 +467,7 @@ class _Solver:
             k = best
         else:
             k = self._segments(x)
-        k = np.minimum(np.maximum(k, lo), np.maximum(lo, hi - 1))
-        new_lo, new_hi = k.astype(np.int32), np.minimum(k + 1, hi).astype(np.int32)
+        new_lo, new_hi = _pair_within(k, lo, hi)
         if np.array_equal(new_lo, lo) and np.array_equal(new_hi, hi):
             return None
         return _Job("repair", -1, new_lo, new_hi, -math.inf, 0, None, warm)
@@ -503,7 +509,7 @@ class _Solver:
         pair = np.where(valid, pair, -np.inf)
         return np.argmax(pair, axis=1).astype(np.int32)
 
-    def _pump_next(self, job: _Job, x: np.ndarray, elapsed: float) -> _Job | None:
+    def _pump_next(self, job: _Job, x: np.ndarray) -> _Job | None:
         lam = self._lambda_table(x)
         outside = self._outside_mass(lam, job.pairs)
         if outside.max(initial=0.0) <= self.options.sos2_tolerance * 10:
@@ -542,7 +548,7 @@ class _Solver:
 
     def run(self) -> MIPSolution:
         opts = self.options
-        start = self.start = time.perf_counter()
+        start = time.perf_counter()
         B = int(opts.batch_size)
         lp = self.lp
         m, n = lp.num_rows, lp.num_cols
@@ -595,9 +601,7 @@ class _Solver:
                 )
                 take = min(
                     node_room,
-                    opts.node_limit
-                    - self.nodes
-                    - sum(1 for j in slots if j is not None and j.kind == "node"),
+                    opts.node_limit - self.nodes - len(_node_bounds(slots)),
                 )
                 for i in self.store.select(max(0, take), dive):
                     warm = self._take_warm(int(self.store.warm[i]))
@@ -641,7 +645,7 @@ class _Solver:
                     slots[i] = job
                     started[i] = rounds
             if all(job is None for job in slots):
-                status = self._final_status(elapsed)
+                status = self._final_status()
                 break
             # ---- advance and read the slots that stopped
             batch = batch_advance(batch, evaluations=int(opts.evaluations))
@@ -669,26 +673,22 @@ class _Solver:
                     break
             if not math.isfinite(self.incumbent) and not self.heuristics:
                 self._lend_iterates(batch, slots, started, rounds)
-            running_bounds = [j.bound for j in slots if j is not None and j.kind == "node"]
-            bound = self.bound(running_bounds)
+            bound = self.bound(_node_bounds(slots))
             if self._gap_closed(bound):
                 status = MIPStatus.OPTIMAL
                 break
             if opts.time_limit is not None and elapsed >= opts.time_limit:
                 status = MIPStatus.TIME_LIMIT
                 break
-            if self.nodes >= opts.node_limit and not any(
-                j is not None and j.kind == "node" for j in slots
-            ):
+            if self.nodes >= opts.node_limit and not _node_bounds(slots):
                 status = MIPStatus.NODE_LIMIT
                 break
             if opts.progress and elapsed - last_print >= opts.progress_every:
                 last_print = elapsed
                 self._print(elapsed, bound)
         elapsed = time.perf_counter() - start
-        running_bounds = [j.bound for j in slots if j is not None and j.kind == "node"]
         bound = (
-            self.bound(running_bounds)
+            self.bound(_node_bounds(slots))
             if status not in (MIPStatus.INFEASIBLE, MIPStatus.UNBOUNDED)
             else self.incumbent
         )
@@ -735,7 +735,7 @@ class _Solver:
             abs(self.incumbent), 1e-9
         )
 
-    def _final_status(self, elapsed: float) -> MIPStatus:
+    def _final_status(self) -> MIPStatus:
         """The tree is exhausted (or the node limit stopped it)."""
         if self.unresolved:
             return MIPStatus.NODE_LIMIT
@@ -754,7 +754,7 @@ class _Solver:
             return None
         if job.kind == "pump":
             if st in (Status.OPTIMAL, Status.ITERATION_LIMIT) and np.all(np.isfinite(x)):
-                nxt = self._pump_next(job, x, elapsed)
+                nxt = self._pump_next(job, x)
                 if nxt is not None:
                     self.heuristics.append(nxt)
             return None
