@@ -88,8 +88,7 @@ def _release() -> None:
     several batch widths each compile hundreds of programs, and keeping them all exhausts
     the memory maps of a small machine."""
     jax.clear_caches()
-    pdlp._prepare_cached.cache_clear()
-    pdlp._batched_advance.cache_clear()
+    pdlp.clear_caches()
 
 
 def _geomean(values) -> float:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import hashlib
 import math
 import time
 from typing import Any, NamedTuple
@@ -36,8 +37,9 @@ import scipy.sparse as sp
 from jax.experimental import io_callback
 from jax.experimental import sparse as jsparse
 
+from jaxopt_suite.lp import native
 from jaxopt_suite.lp.operator import EllOperator, SharedOperator
-from jaxopt_suite.lp.precondition import Scaling, precondition
+from jaxopt_suite.lp.precondition import Scaling, bound_objective_scales, equilibrate
 from jaxopt_suite.lp.problem import LP
 from pallas_kernels import BlockELL, BlockSizes, bsr_spmm
 
@@ -75,10 +77,11 @@ class LPOptions(NamedTuple):
     ruiz_iterations: int = 10
     pock_chambolle_alpha: float | None = 1.0
     scale_bounds: bool = True
-    # "dense", "ell" (EllOperator, plain jnp gathers), "sparse" (XLA's BCOO), "block" (the
-    # Pallas block-ELL kernel; interpret mode off GPU, slow there) or "auto" (dense when A
-    # has at most 4e6 entries and a density of at least DENSE_DENSITY, or
-    # DENSE_DENSITY_BATCHED in a batch; else "ell")
+    # "native" (the CPU kernel of lp.native: CSR times a panel), "dense", "ell"
+    # (EllOperator, plain jnp gathers), "sparse" (XLA's BCOO), "block" (the Pallas
+    # block-ELL kernel; interpret mode off GPU, slow there) or "auto": "native" on the CPU
+    # backend where it builds, else dense when A has at most 4e6 entries and a density of
+    # at least DENSE_DENSITY (DENSE_DENSITY_BATCHED in a batch), else "ell"
     matrix: str = "auto"
 
 
@@ -154,7 +157,7 @@ class BlockOperator(SharedOperator):
 # vector into the gather, so the dense product wins down to lower densities there.
 DENSE_DENSITY = 0.1
 DENSE_DENSITY_BATCHED = 0.02
-MATRIX_KINDS = ("auto", "dense", "ell", "sparse", "block")
+MATRIX_KINDS = ("auto", "dense", "ell", "sparse", "block", "native")
 
 
 def _matrix_kind(A: sp.csr_array, kind: str, batched: bool) -> str:
@@ -162,12 +165,20 @@ def _matrix_kind(A: sp.csr_array, kind: str, batched: bool) -> str:
         raise ValueError(f"matrix must be one of {MATRIX_KINDS}, got {kind!r}")
     if kind != "auto":
         return kind
+    if jax.default_backend() == "cpu" and native.available():
+        return "native"
     size = A.shape[0] * A.shape[1]
     density = DENSE_DENSITY_BATCHED if batched else DENSE_DENSITY
     return "dense" if size <= 4_000_000 and A.nnz >= density * size else "ell"
 
 
 def _device_matrix(A: sp.csr_array, kind: str, dtype):
+    if kind == "native":
+        if jax.default_backend() != "cpu":
+            raise ValueError(
+                f"matrix='native' is a CPU kernel; the default backend is {jax.default_backend()}"
+            )
+        return native.NativeOperator.from_scipy(A, dtype)
     if kind == "block":
         return BlockOperator.from_scipy(A, dtype=dtype)
     if kind == "sparse":
@@ -207,17 +218,51 @@ def _prepare(lp: LP, options: LPOptions, batched: bool = False) -> tuple[_Data, 
     )
 
 
+class _MatrixKey:
+    """Hashes a CSR matrix by content, so LPs built separately on one matrix (the
+    sequential solves of a batch, the polish LPs of a branch-and-bound) share its
+    preconditioning and device copy."""
+
+    __slots__ = ("A", "digest")
+
+    def __init__(self, A: sp.csr_array) -> None:
+        self.A = A
+        h = hashlib.blake2b(digest_size=20)
+        for part in (np.asarray(A.shape, np.int64), A.indptr, A.indices, A.data):
+            h.update(np.ascontiguousarray(part).view(np.uint8))
+            h.update(str(part.dtype).encode())
+        self.digest = h.digest()
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _MatrixKey) and self.digest == other.digest
+
+
 @functools.lru_cache(maxsize=8)
-def _prepare_cached(lp, ruiz_iterations, pock_chambolle_alpha, scale_bounds, matrix, dtype):
-    """Preconditioning, step size and device data, once per LP (an LP is immutable and
-    hashes by identity), so repeated and warm-started solves of it reuse them."""
-    scaling = precondition(
-        lp,
-        ruiz_iterations=ruiz_iterations,
-        pock_chambolle_alpha=pock_chambolle_alpha,
-        scale_bounds=scale_bounds,
+def _equilibrated(key: _MatrixKey, ruiz_iterations, pock_chambolle_alpha):
+    """Row and column scales, the scaled matrix and the PDHG step of one matrix."""
+    row, col, scaled = equilibrate(
+        key.A, ruiz_iterations=ruiz_iterations, pock_chambolle_alpha=pock_chambolle_alpha
     )
-    s_b, s_c = scaling.bound, scaling.objective
+    return row, col, scaled, 0.998 / _power_norm(scaled)
+
+
+@functools.lru_cache(maxsize=8)
+def _device_copy(key: _MatrixKey, ruiz_iterations, pock_chambolle_alpha, matrix, dtype):
+    scaled = _equilibrated(key, ruiz_iterations, pock_chambolle_alpha)[2]
+    return _device_matrix(scaled, matrix, dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _prepare_cached(lp, ruiz_iterations, pock_chambolle_alpha, scale_bounds, matrix, dtype):
+    """Device data of one LP (an LP is immutable and hashes by identity), so repeated and
+    warm-started solves of it reuse them; the matrix part is shared by content."""
+    key = _MatrixKey(lp.A)
+    row, col, scaled, eta = _equilibrated(key, ruiz_iterations, pock_chambolle_alpha)
+    s_b, s_c = bound_objective_scales(lp, row, col, scale_bounds)
+    scaling = Scaling(row, col, s_b, s_c, scaled)
     vectors = {
         "c": s_c * lp.c / scaling.col,
         "row_lower": s_b * lp.row_lower / scaling.row,
@@ -233,12 +278,19 @@ def _prepare_cached(lp, ruiz_iterations, pock_chambolle_alpha, scale_bounds, mat
         "row_upper_raw": lp.row_upper,
         "var_lower_raw": lp.var_lower,
         "var_upper_raw": lp.var_upper,
-        "eta": np.float64(0.998 / _power_norm(scaling.A)),
+        "eta": np.float64(eta),
     }
     # one transfer for all vectors (a device_put per array costs more than the data)
     on_device = jax.device_put({k: np.asarray(v, dtype) for k, v in vectors.items()})
-    data = _Data(A=_device_matrix(scaling.A, matrix, dtype), **on_device)
-    return data, scaling
+    A = _device_copy(key, ruiz_iterations, pock_chambolle_alpha, matrix, dtype)
+    return _Data(A=A, **on_device), scaling
+
+
+def clear_caches() -> None:
+    """Drops the cached preconditioning and device data of earlier LPs and matrices (a
+    solve of a new matrix then pays for them again)."""
+    for cached in (_prepare_cached, _device_copy, _equilibrated, _batched_advance):
+        cached.cache_clear()
 
 
 def _finite_part(v):

@@ -66,26 +66,23 @@ def _finite_norm(*vectors: np.ndarray) -> float:
     return float(np.sqrt(sum(np.sum(p * p) for p in parts)))
 
 
-def precondition(
-    lp: LP,
-    *,
-    ruiz_iterations: int = 10,
-    pock_chambolle_alpha: float | None = 1.0,
-    scale_bounds: bool = True,
-) -> Scaling:
-    """The :class:`Scaling` of ``lp`` (see the module docstring). Empty rows and columns
-    keep scale 1.
+def equilibrate(
+    A: sp.csr_array, *, ruiz_iterations: int = 10, pock_chambolle_alpha: float | None = 1.0
+) -> tuple[np.ndarray, np.ndarray, sp.csr_array]:
+    """Row and column scales ``(D_r, D_c)`` of ``A`` and the scaled matrix
+    ``D_r^{-1} A D_c^{-1}``: Ruiz passes then one Pock-Chambolle step. Depends on ``A``
+    alone, so every LP on one matrix shares it. Empty rows and columns keep scale 1.
 
     Works on the CSR arrays directly (row segments, and column segments through one
-    stable sort), so a small LP costs tens of microseconds per pass rather than the
+    stable sort), so a small matrix costs tens of microseconds per pass rather than the
     milliseconds of sparse-matrix products.
     """
     if ruiz_iterations < 0:
         raise ValueError(f"ruiz_iterations must be >= 0, got {ruiz_iterations}")
     if pock_chambolle_alpha is not None and not 0.0 <= pock_chambolle_alpha <= 2.0:
         raise ValueError(f"pock_chambolle_alpha must lie in [0, 2], got {pock_chambolle_alpha}")
-    m, n = lp.A.shape
-    A = sp.csr_array(lp.A, copy=True)
+    m, n = A.shape
+    A = sp.csr_array(A, copy=True)
     A.sum_duplicates()
     A.sort_indices()
     rows = np.repeat(np.arange(m), np.diff(A.indptr))
@@ -111,14 +108,36 @@ def precondition(
         r = np.sqrt(np.bincount(rows, magnitude**pock_chambolle_alpha, minlength=m))
         c_ = np.sqrt(np.bincount(cols, magnitude ** (2.0 - pock_chambolle_alpha), minlength=n))
         apply(r, c_)
-    bound = objective = 1.0
-    if scale_bounds:
-        bound = 1.0 / (
-            _finite_norm(
-                lp.row_lower / row, lp.row_upper / row, lp.var_lower * col, lp.var_upper * col
-            )
-            + 1.0
-        )
-        objective = 1.0 / (float(np.linalg.norm(lp.c / col)) + 1.0)
     scaled = sp.csr_array((np.sign(A.data) * magnitude, A.indices, A.indptr), shape=(m, n))
+    return row, col, scaled
+
+
+def bound_objective_scales(
+    lp: LP, row: np.ndarray, col: np.ndarray, scale_bounds: bool = True
+) -> tuple[float, float]:
+    """``(s_b, s_c)`` of ``lp`` under the matrix scales ``row``, ``col`` (1 and 1 when
+    ``scale_bounds`` is off)."""
+    if not scale_bounds:
+        return 1.0, 1.0
+    bound = 1.0 / (
+        _finite_norm(lp.row_lower / row, lp.row_upper / row, lp.var_lower * col, lp.var_upper * col)
+        + 1.0
+    )
+    objective = 1.0 / (float(np.linalg.norm(lp.c / col)) + 1.0)
+    return bound, objective
+
+
+def precondition(
+    lp: LP,
+    *,
+    ruiz_iterations: int = 10,
+    pock_chambolle_alpha: float | None = 1.0,
+    scale_bounds: bool = True,
+) -> Scaling:
+    """The :class:`Scaling` of ``lp`` (see the module docstring): :func:`equilibrate` on
+    its matrix, then :func:`bound_objective_scales`."""
+    row, col, scaled = equilibrate(
+        lp.A, ruiz_iterations=ruiz_iterations, pock_chambolle_alpha=pock_chambolle_alpha
+    )
+    bound, objective = bound_objective_scales(lp, row, col, scale_bounds)
     return Scaling(row, col, bound, objective, scaled)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from jaxopt_suite.lp import LP
+from jaxopt_suite.lp import LP, instances
 from jaxopt_suite.lp.pdlp import LPOptions, Status, dual_bound, solve_lp, solve_lp_batch
 
 
@@ -256,3 +256,28 @@ def test_continuous_batching_refills_a_finished_slot():
         batch_refill(batch, [3], lp.var_lower[None], new_upper[None])
     with pytest.raises(ValueError, match="expected 2 instances, got 1"):
         batch_refill(batch, [0, 1], lp.var_lower[None], new_upper[None])
+
+
+def test_preconditioning_is_computed_once_per_matrix():
+    from jaxopt_suite.lp import pdlp
+
+    pdlp.clear_caches()
+    first = instances.random_sparse(30, 40, 0.1, seed=21)
+    upper = first.var_upper.copy()
+    upper[:3] = 0.5
+    # a separately built LP on an equal (copied) matrix with other bounds
+    second = LP(first.c, first.A.copy(), first.row_lower, first.row_upper, first.var_lower, upper)
+    solve_lp(first)
+    misses = pdlp._equilibrated.cache_info().misses
+    device_misses = pdlp._device_copy.cache_info().misses
+    solve_lp(second)
+    assert pdlp._equilibrated.cache_info().misses == misses
+    assert pdlp._device_copy.cache_info().misses == device_misses
+    other = instances.random_sparse(30, 40, 0.1, seed=22)
+    solve_lp(other)
+    assert pdlp._equilibrated.cache_info().misses == misses + 1
+    # the shared part is right for the second LP: same answer as from a cold cache
+    warm = solve_lp(second)
+    pdlp.clear_caches()
+    cold = solve_lp(second)
+    assert warm.objective == cold.objective and warm.iterations == cold.iterations

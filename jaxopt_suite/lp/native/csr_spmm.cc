@@ -1,0 +1,90 @@
+// CSR matrix times a dense panel on the CPU, as an XLA FFI custom call.
+//
+//   Y[m, B] = A[m, n] X[n, B]   (row-major, batch in the trailing axis)
+//
+// A is given by its CSR arrays (indptr, indices, data). Every stored entry adds one
+// scaled row of X to one row of Y, so the inner loop runs over B contiguous values and
+// vectorises. XLA's own CPU gather handles one element at a time, which is what makes
+// a batched sparse product through jnp slower than a dense one at a few percent density.
+#include <cstdint>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// Columns [b0, b0 + W) of Y for every row, with the W running sums held in registers
+// across the row's entries (W is a compile-time width, so the loops unroll fully).
+template <typename T, int W>
+void CsrChunk(const int32_t* indptr, const int32_t* indices, const T* data, const T* x,
+              T* y, int64_t rows, int64_t batch, int64_t b0) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T acc[W] = {};
+    for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
+      const T value = data[k];
+      const T* in = x + static_cast<int64_t>(indices[k]) * batch + b0;
+      for (int w = 0; w < W; ++w) acc[w] += value * in[w];
+    }
+    T* out = y + i * batch + b0;
+    for (int w = 0; w < W; ++w) out[w] = acc[w];
+  }
+}
+
+template <typename T>
+void CsrPanel(const int32_t* indptr, const int32_t* indices, const T* data, const T* x,
+              T* y, int64_t rows, int64_t batch) {
+  constexpr int kWide = 128 / sizeof(T);  // 16 doubles or 32 floats
+  constexpr int kLine = 64 / sizeof(T);   // one cache line
+  int64_t b0 = 0;
+  for (; b0 + kWide <= batch; b0 += kWide) {
+    CsrChunk<T, kWide>(indptr, indices, data, x, y, rows, batch, b0);
+  }
+  for (; b0 + kLine <= batch; b0 += kLine) {
+    CsrChunk<T, kLine>(indptr, indices, data, x, y, rows, batch, b0);
+  }
+  for (; b0 + 2 <= batch; b0 += 2) CsrChunk<T, 2>(indptr, indices, data, x, y, rows, batch, b0);
+  if (b0 < batch) CsrChunk<T, 1>(indptr, indices, data, x, y, rows, batch, b0);
+}
+
+ffi::Error CsrPanelImpl(ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> indices,
+                        ffi::AnyBuffer data, ffi::AnyBuffer x,
+                        ffi::Result<ffi::AnyBuffer> y) {
+  const auto x_dims = x.dimensions();
+  const auto y_dims = y->dimensions();
+  if (x_dims.size() < 1 || x_dims.size() > 2 || y_dims.size() != x_dims.size()) {
+    return ffi::Error::InvalidArgument("csr_panel: x and y must be (n,) or (n, B)");
+  }
+  const int64_t rows = static_cast<int64_t>(indptr.element_count()) - 1;
+  const int64_t batch = x_dims.size() == 2 ? x_dims[1] : 1;
+  if (y_dims[0] != rows || (x_dims.size() == 2 && y_dims[1] != batch)) {
+    return ffi::Error::InvalidArgument("csr_panel: y must be (m, B)");
+  }
+  if (data.element_count() != indices.element_count()) {
+    return ffi::Error::InvalidArgument("csr_panel: data and indices differ in length");
+  }
+  const auto type = data.element_type();
+  if (x.element_type() != type || y->element_type() != type) {
+    return ffi::Error::InvalidArgument("csr_panel: data, x and y must share a dtype");
+  }
+  if (type == ffi::DataType::F64) {
+    CsrPanel<double>(indptr.typed_data(), indices.typed_data(), data.typed_data<double>(),
+                     x.typed_data<double>(), y->typed_data<double>(), rows, batch);
+  } else if (type == ffi::DataType::F32) {
+    CsrPanel<float>(indptr.typed_data(), indices.typed_data(), data.typed_data<float>(),
+                    x.typed_data<float>(), y->typed_data<float>(), rows, batch);
+  } else {
+    return ffi::Error::InvalidArgument("csr_panel: dtype must be float32 or float64");
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxoptSuiteCsrPanel, CsrPanelImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());
