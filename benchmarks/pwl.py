@@ -38,6 +38,9 @@ BATCH = 64
 THREADS = 1
 WARMUP = 3.0  # seconds of warm-up solve per instance
 THROUGHPUT_INSTANCE = "transportation_10x10_k4_s0"
+# an incumbent counts as feasible when PWLModel.check (largest relative violation of a
+# bound, row or z = f(x)) is at most this
+FEASIBILITY = 1e-6
 THROUGHPUT_BATCHES = (1, 16, 64, 256)
 
 
@@ -67,6 +70,8 @@ def _ours(model, time_limit: float, batch: int = BATCH) -> dict:
         "rounds": sol.rounds,
         "nodes_per_second": sol.nodes / sol.time if sol.time > 0 else math.nan,
         "polished": sol.polished,
+        # the incumbent checked against the model itself (rows, bounds, z = f(x))
+        "violation": model.check(sol.x) if sol.x is not None else math.nan,
     }
 
 
@@ -162,7 +167,10 @@ def _run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
         / max(abs(r["highs"]["objective"]), 1e-9)
         for r in both
     ]
-    feasible = sum(math.isfinite(r["ours"]["objective"]) for r in rows.values())
+    feasible = sum(
+        math.isfinite(r["ours"]["objective"]) and r["ours"]["violation"] <= FEASIBILITY
+        for r in rows.values()
+    )
     ratios = {
         name: min(r["ours"]["seconds"], time_limit) / min(r["highs"]["seconds"], time_limit)
         for name, r in rows.items()
@@ -207,7 +215,7 @@ def _run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
             f"{len(both)} instances proved optimal by both" + (f"; {note}" if note else ""),
         ),
         Target.evaluate(
-            "share of instances with a feasible incumbent",
+            f"share of instances with a feasible incumbent (model violation <= {FEASIBILITY:g})",
             feasible / len(rows),
             1.0,
             ">=",
