@@ -1,0 +1,243 @@
+"""scikit-learn style estimators over :func:`fit_boosting` (needs scikit-learn, which the
+``bench`` extra installs).
+
+``AICNBoostingClassifier`` picks the logistic loss for two classes and softmax for more;
+``AICNBoostingRegressor`` takes ``loss="squared"`` or ``"poisson"``. Both default to the
+weak-AICN step; ``step`` selects any rule of :mod:`.steps`. Early stopping: with
+``early_stopping_rounds=k`` the fit scores a validation set (``eval_set`` given to ``fit``,
+else a ``validation_fraction`` split of the training data) every round, and the model
+keeps the rounds up to the best one, where ``k`` later rounds brought no improvement. The
+fit itself runs all ``rounds`` in one compiled scan; only the kept rounds predict.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.model_selection import train_test_split
+    from sklearn.utils.multiclass import check_classification_targets
+    from sklearn.utils.validation import check_is_fitted, validate_data
+except ImportError as error:  # pragma: no cover - exercised only without scikit-learn
+    raise ImportError(
+        "jaxopt_suite.boosting.estimators needs scikit-learn: pip install 'jaxopt_suite[bench]'"
+    ) from error
+
+from jaxopt_suite.boosting.fit import BoostingConfig, fit_boosting, predict_raw
+from jaxopt_suite.boosting.losses import get_loss
+from jaxopt_suite.boosting.trees import tree_predict
+
+
+def best_round(eval_loss: np.ndarray, patience: int) -> int:
+    """The round kept by early stopping: the first round after which ``patience`` rounds
+    bring no lower validation loss (the last round if that never happens)."""
+    best, best_value = 0, np.inf
+    for r, value in enumerate(eval_loss):
+        if value < best_value:
+            best, best_value = r, value
+        elif r - best >= patience:
+            break
+    return best
+
+
+class _Boosting(BaseEstimator):
+    def __init__(
+        self,
+        rounds=100,
+        step="aicn",
+        learner="tree",
+        depth=3,
+        max_bins=256,
+        eta=1.0,
+        l2=1.0,
+        min_child_weight=1.0,
+        min_split_gain=0.0,
+        aicn_L=0.1,
+        grn_M=0.1,
+        subsample=1.0,
+        early_stopping_rounds=None,
+        validation_fraction=0.1,
+        random_state=0,
+    ):
+        self.rounds = rounds
+        self.step = step
+        self.learner = learner
+        self.depth = depth
+        self.max_bins = max_bins
+        self.eta = eta
+        self.l2 = l2
+        self.min_child_weight = min_child_weight
+        self.min_split_gain = min_split_gain
+        self.aicn_L = aicn_L
+        self.grn_M = grn_M
+        self.subsample = subsample
+        self.early_stopping_rounds = early_stopping_rounds
+        self.validation_fraction = validation_fraction
+        self.random_state = random_state
+
+    def _config(self, loss, num_classes=None) -> BoostingConfig:
+        return BoostingConfig(
+            loss=loss,
+            num_classes=num_classes,
+            rounds=self.rounds,
+            step=self.step,
+            learner=self.learner,
+            depth=self.depth,
+            max_bins=self.max_bins,
+            eta=self.eta,
+            l2=self.l2,
+            min_child_weight=self.min_child_weight,
+            min_split_gain=self.min_split_gain,
+            aicn_L=self.aicn_L,
+            grn_M=self.grn_M,
+            subsample=self.subsample,
+        )
+
+    def _fit(self, X, y, config, eval_set, stratify=None):
+        seed = 0 if self.random_state is None else int(self.random_state)
+        if self.early_stopping_rounds is not None and eval_set is None:
+            X, X_val, y, y_val = train_test_split(
+                X,
+                y,
+                test_size=self.validation_fraction,
+                random_state=seed,
+                stratify=stratify,
+            )
+            eval_set = (X_val, y_val)
+        result = fit_boosting(X, y, config, jax.random.key(seed), eval_set=eval_set)
+        self.result_ = result
+        self.model_ = result.model
+        self.train_loss_ = np.asarray(result.train_loss)
+        self.eval_loss_ = np.asarray(result.eval_loss)
+        if self.early_stopping_rounds is not None:
+            self.best_round_ = best_round(self.eval_loss_, int(self.early_stopping_rounds))
+        else:
+            self.best_round_ = int(config.rounds) - 1
+        return self
+
+    def _raw(self, X, rounds=None):
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        if self.model_.weights is not None:
+            return np.asarray(predict_raw(self.model_, X))
+        return np.asarray(
+            predict_raw(self.model_, X, self.best_round_ + 1 if rounds is None else rounds)
+        )
+
+    def _staged_raw(self, X):
+        """Raw scores after each kept round, one array per round."""
+        check_is_fitted(self, "model_")
+        if self.model_.weights is not None:
+            yield self._raw(X)
+            return
+        from jaxopt_suite.boosting.binning import apply_bins
+
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        bins = apply_bins(self.model_.bins, X)
+        kept = jax.tree.map(lambda a: a[: self.best_round_ + 1], self.model_.trees)
+        per_round = jax.vmap(jax.vmap(lambda t: tree_predict(t, bins)))(kept)  # (R, K, n)
+        F = jnp.broadcast_to(self.model_.base, (bins.shape[0], self.model_.base.shape[0]))
+        for contribution in per_round:
+            F = F + contribution.T
+            yield np.asarray(F)
+
+
+class AICNBoostingClassifier(ClassifierMixin, _Boosting):
+    """Binary (logistic) or multiclass (softmax) boosting; labels may be any values."""
+
+    def fit(self, X, y, eval_set=None):
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_, encoded = np.unique(y, return_inverse=True)
+        K = len(self.classes_)
+        if K < 2:
+            raise ValueError(f"y has only {K} class; a classifier needs at least 2")
+        config = self._config("logistic" if K == 2 else "softmax", None if K == 2 else K)
+        if eval_set is not None:
+            X_val, y_val = eval_set
+            unknown = ~np.isin(np.asarray(y_val), self.classes_)
+            if np.any(unknown):
+                raise ValueError(f"eval_set has labels not in y: {np.asarray(y_val)[unknown][:3]}")
+            eval_set = (X_val, np.searchsorted(self.classes_, np.asarray(y_val)))
+        return self._fit(X, encoded, config, eval_set, stratify=encoded)
+
+    def _probabilities(self, F):
+        if len(self.classes_) == 2:
+            p = np.asarray(jax.nn.sigmoid(F[:, 0]), np.float64)
+            return np.c_[1.0 - p, p]
+        return np.asarray(jax.nn.softmax(F, axis=1), np.float64)
+
+    def predict_proba(self, X):
+        return self._probabilities(self._raw(X))
+
+    def predict(self, X):
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+    def staged_predict_proba(self, X):
+        for F in self._staged_raw(X):
+            yield self._probabilities(F)
+
+    def staged_predict(self, X):
+        for p in self.staged_predict_proba(X):
+            yield self.classes_[np.argmax(p, axis=1)]
+
+
+class AICNBoostingRegressor(RegressorMixin, _Boosting):
+    """Regression with ``loss="squared"`` or ``"poisson"`` (log link)."""
+
+    def __init__(
+        self,
+        loss="squared",
+        rounds=100,
+        step="aicn",
+        learner="tree",
+        depth=3,
+        max_bins=256,
+        eta=1.0,
+        l2=1.0,
+        min_child_weight=1.0,
+        min_split_gain=0.0,
+        aicn_L=0.1,
+        grn_M=0.1,
+        subsample=1.0,
+        early_stopping_rounds=None,
+        validation_fraction=0.1,
+        random_state=0,
+    ):
+        # scikit-learn reads the parameters from this signature, so it lists them all
+        super().__init__(
+            rounds=rounds,
+            step=step,
+            learner=learner,
+            depth=depth,
+            max_bins=max_bins,
+            eta=eta,
+            l2=l2,
+            min_child_weight=min_child_weight,
+            min_split_gain=min_split_gain,
+            aicn_L=aicn_L,
+            grn_M=grn_M,
+            subsample=subsample,
+            early_stopping_rounds=early_stopping_rounds,
+            validation_fraction=validation_fraction,
+            random_state=random_state,
+        )
+        self.loss = loss
+
+    def fit(self, X, y, eval_set=None):
+        if self.loss not in ("squared", "poisson"):
+            raise ValueError(f"loss must be 'squared' or 'poisson', got {self.loss!r}")
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        return self._fit(X, y, self._config(self.loss), eval_set)
+
+    def predict(self, X):
+        return np.asarray(get_loss(self.loss).link(self._raw(X))[:, 0], np.float64)
+
+    def staged_predict(self, X):
+        link = get_loss(self.loss).link
+        for F in self._staged_raw(X):
+            yield np.asarray(link(F)[:, 0], np.float64)

@@ -1,0 +1,334 @@
+"""``fit_boosting``: the functional core. The whole fit is one jitted ``lax.scan`` over
+rounds; each round computes ``g, h`` at the current score, fits the weak learner(s) (one
+tree per output, or a coordinate of a linear model), and moves by the step rule of
+:mod:`.steps`.
+
+Learners: ``tree`` (depth ``depth``), ``stump`` (depth 1), ``coordinate`` (a linear model
+``F = X w + b``; per round the coordinate of largest decrement, ``greedy``, the next one,
+``cyclic``, or every coordinate at once with its own Newton step, ``all``). With
+``coordinate`` the objective is ``sum_i l(y_i, F_i) + (l2/2) ||w||^2`` (intercept free).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxopt_suite._checks import check_key
+from jaxopt_suite.boosting import steps as step_rules
+from jaxopt_suite.boosting.binning import BinEdges, apply_bins, check_features, fit_bins
+from jaxopt_suite.boosting.losses import Loss, get_loss
+from jaxopt_suite.boosting.trees import Tree, grow_tree, tree_predict
+
+LEARNERS = ("tree", "stump", "coordinate")
+SELECTIONS = ("greedy", "cyclic", "all")
+
+
+class FitStatus(enum.IntEnum):
+    OK = 0
+    NUMERICAL_ERROR = 1  # the score became non-finite; later rounds were not applied
+
+
+@dataclasses.dataclass(frozen=True)
+class BoostingConfig:
+    """What to fit. ``loss``: a name of :data:`losses.LOSSES` or a :class:`Loss`
+    (``softmax`` needs ``num_classes``). ``step``: one of :data:`steps.STEPS`;
+    ``newton_cd`` implies ``learner="coordinate"``. ``l2`` is XGBoost's ``lambda`` (and the
+    Hessian floor of ``aicn``); ``aicn_L`` the AICN constant; ``grn_M`` the GRN constant;
+    ``subsample`` the fraction of rows each round sees (drawn from ``key``)."""
+
+    loss: Any = "logistic"
+    num_classes: int | None = None
+    rounds: int = 100
+    step: str = "aicn"
+    learner: str = "tree"
+    depth: int = 3
+    max_bins: int = 256
+    eta: float = 1.0
+    l2: float = 1.0
+    min_child_weight: float = 1.0
+    min_split_gain: float = 0.0
+    aicn_L: float = 0.1
+    grn_M: float = 0.1
+    subsample: float = 1.0
+    selection: str = "greedy"
+
+    def checked(self) -> BoostingConfig:
+        """Validated copy (errors name the field); ``newton_cd`` resolved."""
+        if self.step not in step_rules.STEPS:
+            raise ValueError(f"step must be one of {step_rules.STEPS}, got {self.step!r}")
+        if self.learner not in LEARNERS:
+            raise ValueError(f"learner must be one of {LEARNERS}, got {self.learner!r}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+        for name in ("rounds", "depth", "max_bins"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.depth > 16:
+            raise ValueError(f"depth must be <= 16 (2^depth leaves), got {self.depth}")
+        if self.max_bins < 2:
+            raise ValueError(f"max_bins must be >= 2, got {self.max_bins}")
+        for name in ("eta", "aicn_L", "grn_M"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("l2", "min_child_weight", "min_split_gain"):
+            if not float(getattr(self, name)) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0.0 < float(self.subsample) <= 1.0:
+            raise ValueError(f"subsample must lie in (0, 1], got {self.subsample!r}")
+        if self.step == "aicn" and float(self.l2) == 0.0 and self.learner != "coordinate":
+            raise ValueError(
+                "step='aicn' needs l2 > 0: the Hessian floor keeps logistic loss from "
+                "diverging on leaves with tiny Hessian sums"
+            )
+        out = self
+        if self.step == "newton_cd":
+            out = dataclasses.replace(out, learner="coordinate")
+        if out.learner == "stump":
+            out = dataclasses.replace(out, learner="tree", depth=1)
+        get_loss(out.loss, out.num_classes)  # raises on a bad loss
+        return out
+
+    def hyper(self) -> dict:
+        """The tunable numbers, passed as traced leaves (no recompile when they change)."""
+        names = ("eta", "l2", "min_child_weight", "min_split_gain", "aicn_L", "grn_M")
+        return {k: jnp.asarray(float(getattr(self, k)), jnp.float32) for k in names}
+
+
+class BoostingModel(NamedTuple):
+    """A fitted ensemble: ``base (K,)`` plus, for trees, ``trees`` with leading axes
+    ``(rounds, K)`` and leaf values already scaled by each round's step; for the
+    coordinate learner, ``weights (d, K)`` and ``intercept (K,)`` instead."""
+
+    base: jax.Array
+    trees: Tree | None
+    weights: jax.Array | None
+    bins: BinEdges | None
+
+
+class BoostingResult(NamedTuple):
+    """``train_loss[r]``: mean loss after round ``r`` (with the ``l2`` term for the
+    coordinate learner); ``eval_loss`` the same on ``eval_set`` (NaN without one);
+    ``delta``, ``t_star``, ``alpha``, ``step``: the step rule's trace per round."""
+
+    model: BoostingModel
+    train_loss: jax.Array  # (rounds,)
+    eval_loss: jax.Array  # (rounds,)
+    delta: jax.Array  # (rounds,)
+    t_star: jax.Array  # (rounds,)
+    alpha: jax.Array  # (rounds,)
+    step: jax.Array  # (rounds,)
+    status: jax.Array  # () int32, FitStatus
+
+
+def _round_update(F, move, failed):
+    """Applies ``move`` unless it makes the score non-finite (then freezes the fit)."""
+    new = F + move
+    finite = jnp.all(jnp.isfinite(new)) & ~failed
+    return jnp.where(finite, new, F), failed | ~finite
+
+
+@functools.partial(
+    jax.jit, static_argnames=("loss", "rounds", "rule", "depth", "num_bins", "subsample")
+)
+def _fit_trees(
+    bins, y, eval_bins, eval_y, key, hyper, *, loss, rounds, rule, depth, num_bins, subsample
+):
+    K = loss.num_outputs
+    n = bins.shape[0]
+    base = loss.base_score(y)
+    F0 = jnp.broadcast_to(base, (n, K)).astype(jnp.float32)
+    E0 = jnp.broadcast_to(base, (eval_bins.shape[0], K)).astype(jnp.float32)
+
+    def round_(carry, round_key):
+        F, E, failed = carry
+        g, h = loss.grad_hess(y, F)
+        if subsample < 1.0:
+            keep = jax.random.bernoulli(round_key, subsample, (n, 1)).astype(F.dtype)
+            g, h = g * keep, h * keep
+        l2 = hyper["l2"]
+        if rule == "grn":
+            l2 = step_rules.grn_l2(l2, g, hyper["grn_M"])
+        grow = functools.partial(
+            grow_tree,
+            depth=depth,
+            num_bins=num_bins,
+            l2=l2,
+            min_child_weight=hyper["min_child_weight"],
+            min_split_gain=hyper["min_split_gain"],
+        )
+        fit = jax.vmap(lambda gk, hk: grow(bins, gk, hk), in_axes=(1, 1))(g, h)
+        w = fit.tree.value  # (K, leaves)
+        grad_dot = jnp.sum(fit.grad_sum * w)
+        curvature = jnp.sum((fit.hess_sum + l2) * w * w)
+        scale, t_star, delta, alpha = step_rules.step_size(
+            rule, hyper["eta"], grad_dot, curvature, hyper["aicn_L"]
+        )
+        d = jnp.take_along_axis(w, fit.leaf, axis=1).T  # (n, K)
+        F, failed = _round_update(F, scale * d, failed)
+        tree = fit.tree._replace(value=jnp.where(failed, 0.0, scale) * w)
+        E = E + jax.vmap(lambda t: tree_predict(t, eval_bins))(tree).T
+        trace = (
+            jnp.mean(loss.value(y, F)),
+            jnp.mean(loss.value(eval_y, E)) if eval_y.shape[0] else jnp.nan,
+            delta,
+            t_star,
+            alpha,
+            jnp.where(failed, 0.0, scale),
+        )
+        return (F, E, failed), (tree, trace)
+
+    keys = jax.random.split(key, rounds)
+    (_, _, failed), (trees, trace) = jax.lax.scan(round_, (F0, E0, jnp.zeros((), bool)), keys)
+    return base, trees, trace, failed
+
+
+@functools.partial(jax.jit, static_argnames=("loss", "rounds", "rule", "selection"))
+def _fit_coordinates(X, y, eval_X, eval_y, hyper, *, loss, rounds, rule, selection):
+    K = loss.num_outputs
+    n, d = X.shape
+    Xa = jnp.concatenate([X, jnp.ones((n, 1), X.dtype)], axis=1)  # intercept last
+    Ea = jnp.concatenate([eval_X, jnp.ones((eval_X.shape[0], 1), X.dtype)], axis=1)
+    penalised = (jnp.arange(d + 1) < d).astype(X.dtype)[:, None]  # intercept unpenalised
+    l2 = hyper["l2"]
+    W0 = jnp.zeros((d + 1, K), X.dtype).at[d].set(loss.base_score(y))
+
+    def objective(W, A, labels):
+        return (
+            jnp.mean(loss.value(labels, A @ W))
+            + 0.5 * l2 * jnp.sum(penalised * W * W) / (A.shape[0])
+        )
+
+    def round_(carry, r):
+        W, failed = carry
+        F = Xa @ W
+        g, h = loss.grad_hess(y, F)
+        reg = l2 * penalised
+        if rule == "grn":
+            reg = reg + step_rules.grn_l2(0.0, g, hyper["grn_M"])
+        grad = Xa.T @ g + l2 * penalised * W  # (d + 1, K)
+        hess = (Xa * Xa).T @ h + reg
+        newton = -grad / jnp.where(hess > 0, hess, 1.0)
+        if selection == "all":
+            mask = jnp.ones((d + 1, 1), X.dtype)
+        else:
+            if selection == "greedy":
+                j = jnp.argmax(jnp.sum(grad * grad / jnp.where(hess > 0, hess, 1.0), axis=1))
+            else:
+                j = r % (d + 1)
+            mask = (jnp.arange(d + 1) == j).astype(X.dtype)[:, None]
+        dW = mask * newton
+        D = Xa @ dW  # (n, K)
+        grad_dot = jnp.sum(grad * dW)
+        curvature = jnp.sum(h * D * D) + jnp.sum(reg * dW * dW)
+        scale, t_star, delta, alpha = step_rules.step_size(
+            rule, hyper["eta"], grad_dot, curvature, hyper["aicn_L"]
+        )
+        W, failed = _round_update(W, scale * dW, failed)
+        trace = (
+            objective(W, Xa, y),
+            objective(W, Ea, eval_y) if eval_y.shape[0] else jnp.nan,
+            delta,
+            t_star,
+            alpha,
+            jnp.where(failed, 0.0, scale),
+        )
+        return (W, failed), trace
+
+    (W, failed), trace = jax.lax.scan(round_, (W0, jnp.zeros((), bool)), jnp.arange(rounds))
+    return W, trace, failed
+
+
+def fit_boosting(
+    X, y, config: BoostingConfig, key, *, eval_set: tuple[Any, Any] | None = None
+) -> BoostingResult:
+    """Fits ``config`` to ``(X, y)`` (see the module docstring); ``eval_set=(X, y)`` is
+    scored after every round."""
+    check_key(key)
+    config = config.checked()
+    loss = get_loss(config.loss, config.num_classes)
+    X = check_features(X)
+    y = loss.check(y)
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]} labels")
+    if eval_set is None:
+        eval_X, eval_y = X[:0], y[:0]
+    else:
+        eval_X, eval_y = check_features(eval_set[0], "eval_set X"), loss.check(eval_set[1])
+        if eval_X.shape[1] != X.shape[1] or eval_X.shape[0] != eval_y.shape[0]:
+            raise ValueError(
+                f"eval_set must be (X[m, {X.shape[1]}], y[m]), got {eval_X.shape} and "
+                f"{eval_y.shape}"
+            )
+    hyper = config.hyper()
+    if config.learner == "coordinate":
+        W, trace, failed = _fit_coordinates(
+            jnp.asarray(X, jnp.float32),
+            jnp.asarray(y),
+            jnp.asarray(eval_X, jnp.float32),
+            jnp.asarray(eval_y),
+            hyper,
+            loss=loss,
+            rounds=int(config.rounds),
+            rule=config.step,
+            selection=config.selection,
+        )
+        model = BoostingModel(base=W[-1], trees=None, weights=W[:-1], bins=None)
+    else:
+        edges = fit_bins(X, config.max_bins)
+        base, trees, trace, failed = _fit_trees(
+            apply_bins(edges, X),
+            jnp.asarray(y),
+            apply_bins(edges, eval_X) if eval_X.shape[0] else jnp.zeros((0, X.shape[1]), jnp.int32),
+            jnp.asarray(eval_y),
+            key,
+            hyper,
+            loss=loss,
+            rounds=int(config.rounds),
+            rule=config.step,
+            depth=int(config.depth),
+            num_bins=edges.num_bins,
+            subsample=float(config.subsample),
+        )
+        model = BoostingModel(base=base, trees=trees, weights=None, bins=edges)
+    train_loss, eval_loss, delta, t_star, alpha, step = trace
+    status = jnp.where(failed, FitStatus.NUMERICAL_ERROR, FitStatus.OK).astype(jnp.int32)
+    return BoostingResult(model, train_loss, eval_loss, delta, t_star, alpha, step, status)
+
+
+def predict_raw(model: BoostingModel, X, rounds: int | None = None) -> jax.Array:
+    """The raw score ``F (n, K)`` of ``model`` at ``X``, from its first ``rounds`` rounds
+    (all by default)."""
+    X = check_features(X)
+    if model.weights is not None:
+        if X.shape[1] != model.weights.shape[0]:
+            raise ValueError(f"X has {X.shape[1]} features, the model {model.weights.shape[0]}")
+        return jnp.asarray(X, jnp.float32) @ model.weights + model.base[None, :]
+    total = model.trees.value.shape[0]
+    rounds = total if rounds is None else int(rounds)
+    if not 0 <= rounds <= total:
+        raise ValueError(f"rounds must lie in [0, {total}], got {rounds}")
+    return _predict_trees(model.trees, apply_bins(model.bins, X), model.base, rounds)
+
+
+@functools.partial(jax.jit, static_argnames=("rounds",))
+def _predict_trees(trees: Tree, bins, base, rounds: int):
+    used = jax.tree.map(lambda a: a[:rounds], trees)
+
+    def add(F, tree):
+        return F + jax.vmap(lambda t: tree_predict(t, bins))(tree).T, None
+
+    F0 = jnp.broadcast_to(base, (bins.shape[0], base.shape[0])).astype(jnp.float32)
+    return jax.lax.scan(add, F0, used)[0]
+
+
+def loss_of(config: BoostingConfig) -> Loss:
+    """The :class:`Loss` a config fits."""
+    return get_loss(config.loss, config.num_classes)

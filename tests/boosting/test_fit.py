@@ -1,0 +1,187 @@
+"""fit_boosting: step rules, losses, Newton coordinate descent, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from jaxopt_suite.boosting import (
+    BoostingConfig,
+    FitStatus,
+    aicn_alpha,
+    custom,
+    fit_boosting,
+    get_loss,
+    predict_raw,
+)
+from jaxopt_suite.datasets import load_breast_cancer, load_digits
+
+
+def test_aicn_alpha_is_the_closed_form_root():
+    G = np.array([1e-8, 0.1, 1.0, 10.0, 1e4])
+    for L in (0.1, 1.0, 3.0):
+        alpha = np.asarray(aicn_alpha(jnp.asarray(G), L), np.float64)
+        closed = (-1.0 + np.sqrt(1.0 + 2.0 * L * G)) / (L * G)
+        np.testing.assert_allclose(alpha, closed, rtol=1e-5)
+        # the minimiser of -a G^2 + a^2 G^2 / 2 + (L / 6) a^3 G^3: (L G / 2) a^2 + a - 1 = 0
+        np.testing.assert_allclose(L * G / 2 * alpha**2 + alpha - 1.0, 0.0, atol=1e-5)
+        assert np.all((alpha > 0) & (alpha <= 1))
+    assert float(aicn_alpha(0.0, 1.0)) == 1.0
+
+
+def test_aicn_trace_on_trees_is_the_structure_score(key):
+    data = load_breast_cancer()
+    config = BoostingConfig(rounds=5, step="aicn", l2=1.0, aicn_L=0.1)
+    result = fit_boosting(data.x_train, data.y_train, config, key)
+    # Newton leaves make t* = 1 and delta the structure score sum_j G_j^2 / (H_j + l2)
+    np.testing.assert_allclose(result.t_star, 1.0, rtol=1e-5)
+    expected = np.asarray(aicn_alpha(np.sqrt(np.asarray(result.delta)), 0.1))
+    np.testing.assert_allclose(result.alpha, expected, rtol=1e-5)
+    np.testing.assert_allclose(result.step, result.alpha, rtol=1e-6)
+    assert np.all((np.asarray(result.alpha) > 0) & (np.asarray(result.alpha) <= 1))
+
+
+@pytest.mark.parametrize("step", ["newton", "grn", "aicn"])
+def test_logistic_fits_breast_cancer(step, key):
+    data = load_breast_cancer()
+    config = BoostingConfig(rounds=40, step=step, eta=0.3 if step != "aicn" else 1.0)
+    result = fit_boosting(data.x_train, data.y_train, config, key)
+    assert int(result.status) == FitStatus.OK
+    loss = np.asarray(result.train_loss)
+    assert loss[-1] < 0.2 * loss[0]
+    p = jax.nn.sigmoid(predict_raw(result.model, data.x_test))[:, 0]
+    accuracy = np.mean((np.asarray(p) > 0.5) == data.y_test)
+    assert accuracy >= 0.93
+    # predictions from the stored trees reproduce the training loss the fit recorded
+    F = predict_raw(result.model, data.x_train)
+    logistic = get_loss("logistic")
+    again = float(jnp.mean(logistic.value(jnp.asarray(data.y_train, jnp.float32), F)))
+    np.testing.assert_allclose(again, loss[-1], rtol=1e-4)
+
+
+def test_softmax_fits_digits(key):
+    data = load_digits()
+    config = BoostingConfig(loss="softmax", num_classes=10, rounds=30, depth=3, eta=1.0)
+    result = fit_boosting(data.x_train, data.y_train, config, key)
+    assert result.model.trees.value.shape == (30, 10, 8)
+    F = predict_raw(result.model, data.x_test)
+    accuracy = np.mean(np.asarray(jnp.argmax(F, axis=1)) == data.y_test)
+    assert accuracy >= 0.9
+
+
+@pytest.mark.parametrize("loss", ["squared", "poisson"])
+def test_regression_losses_decrease(loss, key):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 5))
+    mean = np.exp(0.5 * X[:, 0] - 0.3 * X[:, 1])
+    y = rng.poisson(mean) if loss == "poisson" else mean + 0.1 * rng.normal(size=400)
+    result = fit_boosting(X, y, BoostingConfig(loss=loss, rounds=30, step="aicn"), key)
+    train = np.asarray(result.train_loss)
+    assert np.all(np.diff(train) <= 1e-6)  # damped Newton steps never increase the loss here
+    assert train[-1] < train[0]
+
+
+def test_custom_loss_derivatives_match_closed_form():
+    squared = get_loss("squared")
+    mine = custom(lambda y, f: 0.5 * (y - f) ** 2)
+    y = jnp.linspace(-1.0, 2.0, 7)
+    F = jnp.linspace(0.5, -0.5, 7)[:, None]
+    for a, b in zip(mine.grad_hess(y, F), squared.grad_hess(y, F), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_subsample_is_reproducible_from_the_key():
+    data = load_breast_cancer()
+    config = BoostingConfig(rounds=5, subsample=0.5)
+    a = fit_boosting(data.x_train, data.y_train, config, jax.random.key(1))
+    b = fit_boosting(data.x_train, data.y_train, config, jax.random.key(1))
+    c = fit_boosting(data.x_train, data.y_train, config, jax.random.key(2))
+    np.testing.assert_array_equal(a.train_loss, b.train_loss)
+    assert not np.array_equal(np.asarray(a.train_loss), np.asarray(c.train_loss))
+
+
+def _separable_quadratic():
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(60, 5))
+    # orthogonal columns, centred (combinations of centred columns): the intercept
+    # separates from the features too
+    Q, _ = np.linalg.qr(M - M.mean(axis=0))
+    X = Q * np.array([1.0, 2.0, 0.5, 3.0, 1.5])
+    y = X @ np.array([1.0, -2.0, 0.5, 0.0, 3.0]) + 0.7 + 0.01 * rng.normal(size=60)
+    return X, y
+
+
+def test_newton_cd_reproduces_the_newton_path_on_a_separable_quadratic(key):
+    X, y = _separable_quadratic()
+    A = np.c_[X, np.ones(len(y))]
+    w_star = np.linalg.lstsq(A, y, rcond=None)[0]
+    w0 = np.r_[np.zeros(5), y.mean()]  # the fit starts from the base score
+    for eta in (1.0, 0.5):
+        for rounds in (1, 2, 3):
+            config = BoostingConfig(
+                loss="squared", step="newton_cd", selection="all", l2=0.0, eta=eta, rounds=rounds
+            )
+            model = fit_boosting(X, y, config, key).model
+            w = np.r_[np.asarray(model.weights)[:, 0], float(model.base[0])]
+            # exact Newton with step eta on a quadratic: w_k = w* + (1 - eta)^k (w_0 - w*)
+            np.testing.assert_allclose(w, w_star + (1 - eta) ** rounds * (w0 - w_star), atol=2e-5)
+    # one coordinate a round, greedy, full steps: exact after every coordinate once
+    config = BoostingConfig(loss="squared", step="newton_cd", l2=0.0, eta=1.0, rounds=6)
+    model = fit_boosting(X, y, config, key).model
+    w = np.r_[np.asarray(model.weights)[:, 0], float(model.base[0])]
+    np.testing.assert_allclose(w, w_star, atol=2e-5)
+
+
+def test_newton_cd_reaches_the_lbfgs_optimum_of_logistic_regression(key):
+    data = load_breast_cancer()
+    X = (data.x_train - data.x_train.mean(0)) / data.x_train.std(0)
+    y = data.y_train.astype(np.float64)
+    l2 = 1.0
+
+    def objective(v):
+        w, b = v[:-1], v[-1]
+        F = X @ w + b
+        p = 1 / (1 + np.exp(-F))
+        value = np.sum(np.logaddexp(0, F) - y * F) + 0.5 * l2 * w @ w
+        grad = np.r_[X.T @ (p - y) + l2 * w, np.sum(p - y)]
+        return value, grad
+
+    ref = minimize(
+        objective,
+        np.zeros(X.shape[1] + 1),
+        jac=True,
+        method="L-BFGS-B",
+        options={"gtol": 1e-10, "maxiter": 10000},
+    )
+    config = BoostingConfig(step="newton_cd", selection="cyclic", l2=l2, eta=1.0, rounds=3100)
+    result = fit_boosting(X, y, config, key)
+    w = np.r_[np.asarray(result.model.weights)[:, 0], float(result.model.base[0])]
+    ours = objective(w)[0]
+    assert abs(ours - ref.fun) <= 1e-4 * abs(ref.fun)
+    np.testing.assert_allclose(w, ref.x, atol=2e-2)
+
+
+def test_bad_input_is_named(key):
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    y = (X[:, 0] > 0).astype(int)
+    with pytest.raises(ValueError, match=r"labels in \{0, 1\}"):
+        fit_boosting(X, y + 1, BoostingConfig(rounds=2), key)
+    with pytest.raises(ValueError, match="y >= 0"):
+        fit_boosting(X, -np.ones(20), BoostingConfig(loss="poisson", rounds=2), key)
+    with pytest.raises(ValueError, match=r"labels in \[0, 3\)"):
+        fit_boosting(X, np.full(20, 3), BoostingConfig(loss="softmax", num_classes=3), key)
+    with pytest.raises(ValueError, match="depth must be an integer >= 1"):
+        fit_boosting(X, y, BoostingConfig(depth=0), key)
+    with pytest.raises(ValueError, match="step must be one of"):
+        fit_boosting(X, y, BoostingConfig(step="adam"), key)
+    with pytest.raises(ValueError, match="needs l2 > 0"):
+        fit_boosting(X, y, BoostingConfig(step="aicn", l2=0.0), key)
+    with pytest.raises(ValueError, match=r"X\[2, 1\] is nan"):
+        Xn = X.copy()
+        Xn[2, 1] = np.nan
+        fit_boosting(Xn, y, BoostingConfig(rounds=2), key)
+    with pytest.raises(ValueError, match="20 samples but y has 19"):
+        fit_boosting(X, y[:-1], BoostingConfig(rounds=2), key)
+    with pytest.raises(TypeError, match="PRNG key"):
+        fit_boosting(X, y, BoostingConfig(rounds=2), 0)

@@ -1,0 +1,116 @@
+"""Histogram trees against a brute-force numpy reference."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxopt_suite.boosting import apply_bins, fit_bins, grow_tree, tree_predict
+from jaxopt_suite.boosting.trees import tree_leaf
+
+
+def _score(G, H, l2):
+    return G * G / (H + l2) if H + l2 > 0 else 0.0
+
+
+def _best_split_reference(bins, g, h, l2, mcw, num_bins):
+    """Every (feature, threshold) tried; the largest gain with both children >= mcw."""
+    G, H = g.sum(), h.sum()
+    best = (0.0, None, None)
+    for f in range(bins.shape[1]):
+        for t in range(num_bins - 1):
+            left = bins[:, f] <= t
+            GL, HL = g[left].sum(), h[left].sum()
+            GR, HR = G - GL, H - HL
+            if HL < mcw or HR < mcw:
+                continue
+            gain = 0.5 * (_score(GL, HL, l2) + _score(GR, HR, l2) - _score(G, H, l2))
+            if gain > best[0] + 1e-9:
+                best = (gain, f, t)
+    return best
+
+
+def _grow_reference(bins, g, h, depth, l2, mcw, num_bins):
+    """Level-order features, thresholds and leaf values of the greedy tree."""
+    node = np.zeros(len(g), int)
+    features, thresholds = [], []
+    for level in range(depth):
+        for k in range(2**level):
+            rows = node == k
+            gain, f, t = _best_split_reference(bins[rows], g[rows], h[rows], l2, mcw, num_bins)
+            features.append(0 if f is None else f)
+            thresholds.append(num_bins - 1 if f is None else t)
+        index = 2**level - 1 + node
+        f_of = np.asarray(features)[index]
+        t_of = np.asarray(thresholds)[index]
+        node = 2 * node + (bins[np.arange(len(g)), f_of] > t_of)
+    leaves = 2**depth
+    G = np.bincount(node, g, leaves)
+    H = np.bincount(node, h, leaves)
+    values = np.where(H + l2 > 0, -G / np.where(H + l2 > 0, H + l2, 1.0), 0.0)
+    return np.asarray(features), np.asarray(thresholds), values, node
+
+
+def _data(n=240, d=4, num_bins=8, seed=0):
+    rng = np.random.default_rng(seed)
+    bins = rng.integers(0, num_bins, size=(n, d)).astype(np.int32)
+    g = rng.normal(size=n) + 0.8 * (bins[:, 1] > 3) - 0.5 * (bins[:, 2] < 2)
+    h = rng.uniform(0.1, 1.0, size=n)
+    return bins, g, h
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("l2,mcw", [(1.0, 1.0), (0.0, 5.0)])
+def test_tree_matches_brute_force(depth, l2, mcw):
+    num_bins = 8
+    bins, g, h = _data(num_bins=num_bins)
+    with jax.enable_x64(True):
+        grow = jax.jit(
+            lambda b, g, h: grow_tree(
+                b, g, h, depth=depth, num_bins=num_bins, l2=l2, min_child_weight=mcw
+            )
+        )
+        fit = grow(jnp.asarray(bins), jnp.asarray(g), jnp.asarray(h))
+        features, thresholds, values, leaf = _grow_reference(bins, g, h, depth, l2, mcw, num_bins)
+        np.testing.assert_array_equal(fit.tree.feature, features)
+        np.testing.assert_array_equal(fit.tree.threshold, thresholds)
+        np.testing.assert_allclose(fit.tree.value, values, rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(fit.leaf, leaf)
+        # the tree routes the training rows to the leaves the build assigned
+        np.testing.assert_array_equal(tree_leaf(fit.tree, jnp.asarray(bins)), leaf)
+        np.testing.assert_allclose(
+            tree_predict(fit.tree, jnp.asarray(bins)), values[leaf], rtol=1e-12
+        )
+
+
+def test_no_valid_split_sends_everything_left():
+    bins = jnp.zeros((10, 3), jnp.int32)  # one occupied bin: no split separates anything
+    g = jnp.linspace(-1.0, 1.0, 10)
+    h = jnp.ones(10)
+    fit = grow_tree(bins, g, h, depth=2, num_bins=4, l2=1.0)
+    assert np.all(np.asarray(fit.tree.threshold) == 3)
+    assert np.all(np.asarray(fit.leaf) == 0)
+    assert np.all(np.asarray(fit.gain) == 0)
+    np.testing.assert_allclose(fit.tree.value[0], -float(g.sum()) / (10 + 1.0), rtol=1e-6)
+    np.testing.assert_array_equal(fit.tree.value[1:], 0.0)
+
+
+def test_bins_keep_small_integer_features_exact():
+    X = np.array([[0.0, 5.0], [1.0, 5.0], [2.0, 7.0], [1.0, 9.0]])
+    edges = fit_bins(X, max_bins=16)
+    bins = np.asarray(apply_bins(edges, X))
+    np.testing.assert_array_equal(bins[:, 0], [0, 1, 2, 1])
+    np.testing.assert_array_equal(bins[:, 1], [0, 0, 1, 2])
+    many = np.random.default_rng(0).normal(size=(1000, 1))
+    counts = np.bincount(np.asarray(apply_bins(fit_bins(many, 8), many))[:, 0], minlength=8)
+    assert counts.min() >= 100  # quantile bins: near-equal occupancy
+
+
+def test_binning_errors_name_the_problem():
+    with pytest.raises(ValueError, match=r"X\[1, 0\] is nan"):
+        fit_bins(np.array([[0.0], [np.nan]]))
+    with pytest.raises(ValueError, match="max_bins"):
+        fit_bins(np.zeros((3, 2)), max_bins=1)
+    edges = fit_bins(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="3 features but the bins were fitted on 2"):
+        apply_bins(edges, np.zeros((2, 3)))
