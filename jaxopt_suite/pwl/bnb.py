@@ -123,6 +123,9 @@ class MIPSolution(NamedTuple):
     # the incumbent was re-solved to polish_tolerance; False for a point feasible to the
     # node tolerance only, reported when no polished one exists (never used to prune)
     polished: bool
+    # PWLModel.check at x: the largest relative violation of a bound, row or z = f(x)
+    # (NaN without an incumbent)
+    violation: float = math.nan
 
 
 class _Store:
@@ -332,6 +335,10 @@ class _Solver:
         self.first_time = math.nan
         self.nodes = 0
         self.unresolved: list[float] = []  # bounds of leaves whose LP never finished
+        # smallest bound of a node closed by the cutoff or by its own optimum: the search
+        # proves nothing tighter for those subtrees (the cutoff sits a gap below the
+        # incumbent), so the reported bound never exceeds it
+        self.closed = math.inf
         self.heuristics: list[_Job] = []
         self.running: list[float] = []  # bounds of node jobs in flight
         self.polish_failures = 0
@@ -438,6 +445,7 @@ class _Solver:
         bound = self.bound(self.running)
         self.history.append((elapsed, self.nodes, self.sign * self.incumbent, self.sign * bound))
         for i in self.store.prune_above(self._cutoff()):
+            self.closed = min(self.closed, float(self.store.bound[i]))
             self._take_warm(int(self.store.warm[i]))  # releases its share
         return "accepted"
 
@@ -454,9 +462,10 @@ class _Solver:
         if self.unresolved:
             values.append(np.asarray(self.unresolved))
         values = np.concatenate(values) if values else np.array([])
+        proved = min(self.incumbent, self.closed)
         if values.size == 0:
-            return self.incumbent
-        return float(min(values.min(), self.incumbent))
+            return proved
+        return float(min(values.min(), proved))
 
     # -- heuristics ----------------------------------------------------------------------
 
@@ -770,6 +779,7 @@ class _Solver:
         if math.isfinite(db):
             bound = max(bound, db)
         if bound >= self._cutoff():
+            self.closed = min(self.closed, bound)
             return None
         finite = np.all(np.isfinite(x))
         lam = self._lambda_table(x) if finite else None
@@ -783,6 +793,7 @@ class _Solver:
             lo, hi = (job.lo, job.hi) if leaf else self._candidate_intervals(x, job.lo, job.hi)
             verdict = self._offer(lo, hi, x, y, float(sol.objective[row]), elapsed)
             if verdict == "accepted" and (leaf or bool(np.all(hi - lo <= 1))):
+                self.closed = min(self.closed, bound)
                 return None  # the node's optimum is that point (to the LP tolerance)
             if leaf:
                 return None  # infeasible, or its answer kept as the fallback
@@ -833,10 +844,18 @@ class _Solver:
         inc, lp_x, polished = self.incumbent, self.incumbent_x, True
         if not math.isfinite(inc) and math.isfinite(self.fallback[0]):
             (inc, lp_x), polished = self.fallback, False
+        violation = math.nan
         if math.isfinite(inc):
+            # the LP point, or the same point with z = f(x) exactly: whichever the model's
+            # own check finds less violated; its objective is evaluated on the model
+            raw = self.compiled.model_values(lp_x)
+            x, violation = min(
+                ((v, self.model.check(v)) for v in (self.model.snap(raw), raw)),
+                key=lambda pair: pair[1],
+            )
+            objective = self.model.objective_value(x)
+            inc = self.sign * objective
             gap = max(inc - bound, 0.0) / max(abs(inc), 1e-9)
-            x = self.compiled.model_values(lp_x)
-            objective = self.sign * inc
         else:
             gap, x, objective, polished = math.inf, None, math.nan, False
         message = MESSAGES[status]
@@ -873,6 +892,7 @@ class _Solver:
             lp_x=None if lp_x is None else lp_x.copy(),
             rounds=rounds,
             polished=polished,
+            violation=violation,
         )
 
     def _print(self, elapsed: float, bound: float) -> None:

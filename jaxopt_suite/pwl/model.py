@@ -405,6 +405,20 @@ class PWLModel:
         v = np.asarray(values, np.float64)
         return float(sum(c * v[i] for i, c in self._objective.items()) + self._constant)
 
+    def snap(self, values: np.ndarray) -> np.ndarray:
+        """``values`` with every term's ``z`` set to ``f(x)`` exactly (``x`` clipped to
+        its breakpoint range first). An LP point satisfies ``z = f(x)`` only to its
+        tolerance, through the lambda rows; this removes that error (a row that holds
+        ``z`` may then move by as much)."""
+        v = np.array(values, np.float64)
+        if v.shape != (self.num_variables,):
+            raise ValueError(f"values must have shape ({self.num_variables},), got {v.shape}")
+        for t in self._terms:
+            x = float(np.clip(v[t.x.index], t.breakpoints[0], t.breakpoints[-1]))
+            v[t.x.index] = x
+            v[t.z.index] = t(x)
+        return v
+
     def check(self, values: np.ndarray) -> float:
         """The largest relative violation at model-variable values ``values``: of a bound or
         row side ``b`` as ``violation / (1 + |b|)``, of the breakpoint range and of

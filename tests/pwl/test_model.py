@@ -53,6 +53,11 @@ def test_model_values_and_check_round_trip():
     assert m.objective_value(values) == pytest.approx(8 + 3 + 1.5)
     values[fx.index] = 7.0  # z off its function
     assert m.check(values) == pytest.approx(1.0 / 9.0)
+    snapped = m.snap(values)  # z back onto f(x); nothing else moves
+    assert snapped[fx.index] == 8.0 and m.check(snapped) <= 1e-12
+    np.testing.assert_array_equal(np.delete(snapped, fx.index), np.delete(values, fx.index))
+    with pytest.raises(ValueError, match="values must have shape"):
+        m.snap(values[:-1])
 
 
 def test_maximisation_is_negated_with_its_sign():
