@@ -8,6 +8,7 @@ import importlib
 
 SUITES = {
     "bilevel": "benchmarks.bilevel",
+    "boosting": "benchmarks.boosting",
     "lp": "benchmarks.lp",
     "online_bilevel": "benchmarks.online_bilevel",
     "pwl": "benchmarks.pwl",
