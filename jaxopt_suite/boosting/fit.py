@@ -24,7 +24,13 @@ from jaxopt_suite._checks import check_key
 from jaxopt_suite.boosting import steps as step_rules
 from jaxopt_suite.boosting.binning import BinEdges, apply_bins, check_features, fit_bins
 from jaxopt_suite.boosting.losses import Loss, get_loss
-from jaxopt_suite.boosting.trees import Tree, grow_tree, tree_predict
+from jaxopt_suite.boosting.trees import (
+    HISTOGRAMS,
+    Tree,
+    grow_tree,
+    resolve_histogram,
+    tree_predict,
+)
 
 LEARNERS = ("tree", "stump", "coordinate")
 SELECTIONS = ("greedy", "cyclic", "all")
@@ -58,6 +64,7 @@ class BoostingConfig:
     grn_M: float = 0.1
     subsample: float = 1.0
     selection: str = "greedy"
+    histogram: str = "auto"  # trees.HISTOGRAMS: the native CPU kernel where it builds
 
     def checked(self) -> BoostingConfig:
         """Validated copy (errors name the field); ``newton_cd`` resolved."""
@@ -65,6 +72,8 @@ class BoostingConfig:
             raise ValueError(f"step must be one of {step_rules.STEPS}, got {self.step!r}")
         if self.learner not in LEARNERS:
             raise ValueError(f"learner must be one of {LEARNERS}, got {self.learner!r}")
+        if self.histogram not in HISTOGRAMS:
+            raise ValueError(f"histogram must be one of {HISTOGRAMS}, got {self.histogram!r}")
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
         for name in ("rounds", "depth", "max_bins"):
@@ -136,10 +145,24 @@ def _round_update(F, move, failed):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("loss", "rounds", "rule", "depth", "num_bins", "subsample")
+    jax.jit,
+    static_argnames=("loss", "rounds", "rule", "depth", "num_bins", "subsample", "histogram"),
 )
 def _fit_trees(
-    bins, y, eval_bins, eval_y, key, hyper, *, loss, rounds, rule, depth, num_bins, subsample
+    bins,
+    y,
+    eval_bins,
+    eval_y,
+    key,
+    hyper,
+    *,
+    loss,
+    rounds,
+    rule,
+    depth,
+    num_bins,
+    subsample,
+    histogram,
 ):
     K = loss.num_outputs
     n = bins.shape[0]
@@ -163,6 +186,7 @@ def _fit_trees(
             l2=l2,
             min_child_weight=hyper["min_child_weight"],
             min_split_gain=hyper["min_split_gain"],
+            histogram=histogram,
         )
         fit = jax.vmap(lambda gk, hk: grow(bins, gk, hk), in_axes=(1, 1))(g, h)
         w = fit.tree.value  # (K, leaves)
@@ -296,6 +320,7 @@ def fit_boosting(
             depth=int(config.depth),
             num_bins=edges.num_bins,
             subsample=float(config.subsample),
+            histogram=resolve_histogram(config.histogram),
         )
         model = BoostingModel(base=base, trees=trees, weights=None, bins=edges)
     train_loss, eval_loss, delta, t_star, alpha, step = trace

@@ -15,14 +15,42 @@ gain sends all its samples left (its right child stays empty), so every tree has
 ``w_j = -G_j / (H_j + lambda)``. A decision stump is the depth-1 tree.
 
 Samples go left when their bin is ``<= threshold``.
+
+The histograms come from ``segment_sum`` (``histogram="xla"``) or, on the CPU backend, from
+a native kernel (``histogram.cc`` through XLA's FFI, compiled on first use by
+:mod:`jaxopt_suite._native`; ``"native"``), several times faster than XLA's CPU scatter;
+``"auto"`` takes the kernel where it builds.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+from jaxopt_suite import _native
+
+HISTOGRAMS = ("auto", "native", "xla")
+_SOURCE = Path(__file__).with_name("histogram.cc")
+_TARGET = "jaxopt_suite_histogram"
+_TARGET_LEFT = "jaxopt_suite_histogram_left"  # rows of right children skipped
+_TARGETS = ((_TARGET, "JaxoptSuiteHistogram"), (_TARGET_LEFT, "JaxoptSuiteHistogramLeft"))
+
+
+def resolve_histogram(method: str) -> str:
+    """``"native"`` or ``"xla"`` for ``method`` (see the module docstring)."""
+    if method not in HISTOGRAMS:
+        raise ValueError(f"histogram must be one of {HISTOGRAMS}, got {method!r}")
+    if method == "xla":
+        return method
+    reason = _native.register(_SOURCE, _TARGETS)
+    if jax.default_backend() != "cpu":
+        reason = reason or f"the kernel is CPU-only; the backend is {jax.default_backend()}"
+    if method == "native" and reason:
+        raise RuntimeError(f"histogram='native' is unavailable: {reason}")
+    return "xla" if reason else "native"
 
 
 class Tree(NamedTuple):
@@ -41,6 +69,37 @@ class TreeFit(NamedTuple):
     grad_sum: jax.Array  # (2^D,) G_j
     hess_sum: jax.Array  # (2^D,) H_j
     gain: jax.Array  # (2^D - 1,) gain of each split taken (0 where none)
+
+
+def histograms(bins, gh, node, *, nodes: int, num_bins: int, method: str = "xla"):
+    """``hist[k, f, b] = sum of gh[i]`` over samples ``i`` in node ``k`` with
+    ``bins[i, f] = b``: shape ``(nodes, d, num_bins, 2)``. ``method="native_left"`` fills
+    only the even (left-child) nodes and leaves the odd ones zero."""
+    n, d = bins.shape
+    if method in ("native", "native_left"):
+        resolve_histogram("native")  # builds and registers the kernel, or raises
+        out = jax.ShapeDtypeStruct((nodes, d, num_bins, 2), gh.dtype)
+        target = _TARGET if method == "native" else _TARGET_LEFT
+        return jax.ffi.ffi_call(target, out, vmap_method="sequential")(bins, gh, node)
+    keys = (node[:, None] * d + jnp.arange(d, dtype=jnp.int32)[None, :]) * num_bins + bins
+    return jax.ops.segment_sum(
+        jnp.broadcast_to(gh[:, None, :], (n, d, 2)).reshape(n * d, 2),
+        keys.reshape(-1),
+        num_segments=nodes * d * num_bins,
+    ).reshape(nodes, d, num_bins, 2)
+
+
+def _level_histograms(bins, gh, node, parent, *, level, num_bins, method):
+    """The histograms of level ``level``; with the native kernel below the root, only the
+    left children are summed and each right child is its parent minus its sibling (half
+    the rows, as XGBoost and LightGBM do)."""
+    nodes = 2**level
+    if method != "native" or parent is None:
+        return histograms(bins, gh, node, nodes=nodes, num_bins=num_bins, method=method)
+    left = histograms(bins, gh, node, nodes=nodes, num_bins=num_bins, method="native_left")
+    left = left[0::2]
+    right = parent - left
+    return jnp.stack([left, right], axis=1).reshape((nodes, *parent.shape[1:]))
 
 
 def _score(G, H, l2):
@@ -88,22 +147,20 @@ def grow_tree(
     l2,
     min_child_weight=1.0,
     min_split_gain=0.0,
+    histogram: str = "xla",
 ) -> TreeFit:
     """Grows one tree on ``bins`` (n, d) int32 for per-sample ``grad`` and ``hess`` (n,).
-    ``depth`` and ``num_bins`` are static; the rest may be traced."""
+    ``depth``, ``num_bins`` and ``histogram`` (``"xla"`` or ``"native"``, see
+    :func:`resolve_histogram`) are static; the rest may be traced."""
     n, d = bins.shape
     gh = jnp.stack([grad, hess], axis=-1)  # (n, 2)
     node = jnp.zeros(n, jnp.int32)
     features, thresholds, gains = [], [], []
-    column = jnp.arange(d, dtype=jnp.int32)[None, :]
+    hist = None
     for level in range(depth):
-        nodes = 2**level
-        keys = (node[:, None] * d + column) * num_bins + bins  # (n, d)
-        hist = jax.ops.segment_sum(
-            jnp.broadcast_to(gh[:, None, :], (n, d, 2)).reshape(n * d, 2),
-            keys.reshape(-1),
-            num_segments=nodes * d * num_bins,
-        ).reshape(nodes, d, num_bins, 2)
+        hist = _level_histograms(
+            bins, gh, node, hist, level=level, num_bins=num_bins, method=histogram
+        )
         feature, threshold, gain = best_splits(hist, l2, min_child_weight, min_split_gain)
         sample_bin = jnp.take_along_axis(bins, feature[node][:, None], axis=1)[:, 0]
         node = 2 * node + (sample_bin > threshold[node]).astype(jnp.int32)

@@ -5,8 +5,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxopt_suite import _native
 from jaxopt_suite.boosting import apply_bins, fit_bins, grow_tree, tree_predict
-from jaxopt_suite.boosting.trees import tree_leaf
+from jaxopt_suite.boosting.trees import (
+    _SOURCE,
+    _TARGETS,
+    histograms,
+    resolve_histogram,
+    tree_leaf,
+)
+
+NATIVE = _native.register(_SOURCE, _TARGETS)
+METHODS = ["xla", pytest.param("native", marks=pytest.mark.skipif(bool(NATIVE), reason=NATIVE))]
 
 
 def _score(G, H, l2):
@@ -59,15 +69,23 @@ def _data(n=240, d=4, num_bins=8, seed=0):
     return bins, g, h
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("depth", [1, 2, 3])
 @pytest.mark.parametrize("l2,mcw", [(1.0, 1.0), (0.0, 5.0)])
-def test_tree_matches_brute_force(depth, l2, mcw):
+def test_tree_matches_brute_force(depth, l2, mcw, method):
     num_bins = 8
     bins, g, h = _data(num_bins=num_bins)
     with jax.enable_x64(True):
         grow = jax.jit(
             lambda b, g, h: grow_tree(
-                b, g, h, depth=depth, num_bins=num_bins, l2=l2, min_child_weight=mcw
+                b,
+                g,
+                h,
+                depth=depth,
+                num_bins=num_bins,
+                l2=l2,
+                min_child_weight=mcw,
+                histogram=method,
             )
         )
         fit = grow(jnp.asarray(bins), jnp.asarray(g), jnp.asarray(h))
@@ -114,3 +132,44 @@ def test_binning_errors_name_the_problem():
     edges = fit_bins(np.zeros((3, 2)))
     with pytest.raises(ValueError, match="3 features but the bins were fitted on 2"):
         apply_bins(edges, np.zeros((2, 3)))
+
+
+@pytest.mark.skipif(bool(NATIVE), reason=NATIVE)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_native_histograms_equal_segment_sums(dtype):
+    with jax.enable_x64(dtype == jnp.float64):
+        rng = np.random.default_rng(3)
+        n, d, nb, nodes = 500, 6, 16, 4
+        bins = jnp.asarray(rng.integers(0, nb, (n, d)), jnp.int32)
+        node = jnp.asarray(rng.integers(0, nodes, n), jnp.int32)
+        gh = jnp.asarray(rng.normal(size=(n, 2)), dtype)
+        run = jax.jit(histograms, static_argnames=("nodes", "num_bins", "method"))
+        native = run(bins, gh, node, nodes=nodes, num_bins=nb, method="native")
+        xla = run(bins, gh, node, nodes=nodes, num_bins=nb, method="xla")
+        assert native.shape == (nodes, d, nb, 2) and native.dtype == dtype
+        np.testing.assert_allclose(
+            native,
+            xla,
+            rtol=1e-5 if dtype == jnp.float32 else 1e-12,
+            atol=1e-5 if dtype == jnp.float32 else 1e-12,
+        )
+        # several gradient columns at once (softmax classes) under vmap
+        ghs = jnp.asarray(rng.normal(size=(3, n, 2)), dtype)
+        batched = jax.vmap(lambda g: run(bins, g, node, nodes=nodes, num_bins=nb, method="native"))
+        np.testing.assert_allclose(
+            batched(ghs)[2],
+            run(bins, ghs[2], node, nodes=nodes, num_bins=nb, method="xla"),
+            rtol=1e-5,
+            atol=1e-5,
+        )
+        with pytest.raises(Exception, match="out of range"):
+            jax.block_until_ready(
+                run(bins.at[0, 0].set(nb), gh, node, nodes=nodes, num_bins=nb, method="native")
+            )
+
+
+def test_histogram_choice_is_checked():
+    assert resolve_histogram("xla") == "xla"
+    assert resolve_histogram("auto") == ("xla" if NATIVE else "native")
+    with pytest.raises(ValueError, match="histogram must be one of"):
+        resolve_histogram("gpu")

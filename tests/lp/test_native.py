@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from jaxopt_suite import _native
 from jaxopt_suite.lp import LP, LPOptions, instances, native, solve_lp, solve_lp_batch
 
 pytestmark = pytest.mark.skipif(
@@ -66,9 +67,9 @@ def test_bad_input_is_named():
 
 
 def test_build_reports_a_broken_compiler(tmp_path):
-    path, reason = native.build(str(tmp_path / "no-such-compiler"), tmp_path)
+    path, reason = _native.build(native.SOURCE, str(tmp_path / "no-such-compiler"), tmp_path)
     assert path is None and "no-such-compiler" in reason
-    path, reason = native.build(None, tmp_path)
+    path, reason = _native.build(native.SOURCE, None, tmp_path)
     assert path is None and "compiler" in reason
 
 
