@@ -20,8 +20,8 @@ namespace {
 
 // Rows [begin, end) into out (zeroed by the caller); with left_only, rows of odd
 // (right-child) nodes are skipped: their histograms follow from the parent's.
-template <typename T>
-bool HistogramRows(const int32_t* bins, const T* gh, const int32_t* node, T* out,
+template <typename T, typename B>
+bool HistogramRows(const B* bins, const T* gh, const int32_t* node, T* out,
                    int64_t begin, int64_t end, int64_t d, int64_t nodes, int64_t nb,
                    bool left_only) {
   for (int64_t i = begin; i < end; ++i) {
@@ -31,7 +31,7 @@ bool HistogramRows(const int32_t* bins, const T* gh, const int32_t* node, T* out
     const T g = gh[2 * i];
     const T h = gh[2 * i + 1];
     T* table = out + k * d * nb * 2;
-    const int32_t* row = bins + i * d;
+    const B* row = bins + i * d;
     for (int64_t f = 0; f < d; ++f) {
       const int64_t b = row[f];
       if (b < 0 || b >= nb) return false;
@@ -44,8 +44,8 @@ bool HistogramRows(const int32_t* bins, const T* gh, const int32_t* node, T* out
 }
 
 // Two threads over halves of the rows when there is enough work, each into its own table.
-template <typename T>
-bool Histogram(const int32_t* bins, const T* gh, const int32_t* node, T* out, int64_t n,
+template <typename T, typename B>
+bool Histogram(const B* bins, const T* gh, const int32_t* node, T* out, int64_t n,
                int64_t d, int64_t nodes, int64_t nb, bool left_only) {
   const int64_t size = nodes * d * nb * 2;
   std::memset(out, 0, sizeof(T) * size);
@@ -65,7 +65,7 @@ bool Histogram(const int32_t* bins, const T* gh, const int32_t* node, T* out, in
 }
 
 template <bool kLeftOnly>
-ffi::Error HistogramImpl(ffi::Buffer<ffi::S32> bins, ffi::AnyBuffer gh,
+ffi::Error HistogramImpl(ffi::AnyBuffer bins, ffi::AnyBuffer gh,
                          ffi::Buffer<ffi::S32> node, ffi::Result<ffi::AnyBuffer> out) {
   const auto b_dims = bins.dimensions();
   const auto o_dims = out->dimensions();
@@ -82,13 +82,23 @@ ffi::Error HistogramImpl(ffi::Buffer<ffi::S32> bins, ffi::AnyBuffer gh,
   if (out->element_type() != type) {
     return ffi::Error::InvalidArgument("histogram: gh and out must share a dtype");
   }
+  const auto bin_type = bins.element_type();
+  if (bin_type != ffi::DataType::S32 && bin_type != ffi::DataType::U8) {
+    return ffi::Error::InvalidArgument("histogram: bins must be int32 or uint8");
+  }
+  const bool small = bin_type == ffi::DataType::U8;
+  const int32_t* node_data = node.typed_data();
   bool ok;
   if (type == ffi::DataType::F32) {
-    ok = Histogram<float>(bins.typed_data(), gh.typed_data<float>(), node.typed_data(),
-                          out->typed_data<float>(), n, d, nodes, nb, kLeftOnly);
+    float* o = out->typed_data<float>();
+    const float* g = gh.typed_data<float>();
+    ok = small ? Histogram(bins.typed_data<uint8_t>(), g, node_data, o, n, d, nodes, nb, kLeftOnly)
+               : Histogram(bins.typed_data<int32_t>(), g, node_data, o, n, d, nodes, nb, kLeftOnly);
   } else if (type == ffi::DataType::F64) {
-    ok = Histogram<double>(bins.typed_data(), gh.typed_data<double>(), node.typed_data(),
-                           out->typed_data<double>(), n, d, nodes, nb, kLeftOnly);
+    double* o = out->typed_data<double>();
+    const double* g = gh.typed_data<double>();
+    ok = small ? Histogram(bins.typed_data<uint8_t>(), g, node_data, o, n, d, nodes, nb, kLeftOnly)
+               : Histogram(bins.typed_data<int32_t>(), g, node_data, o, n, d, nodes, nb, kLeftOnly);
   } else {
     return ffi::Error::InvalidArgument("histogram: dtype must be float32 or float64");
   }
@@ -100,7 +110,7 @@ ffi::Error HistogramImpl(ffi::Buffer<ffi::S32> bins, ffi::AnyBuffer gh,
 
 #define JAXOPT_SUITE_BIND                 \
   ffi::Ffi::Bind()                        \
-      .Arg<ffi::Buffer<ffi::S32>>()       \
+      .Arg<ffi::AnyBuffer>()              \
       .Arg<ffi::AnyBuffer>()              \
       .Arg<ffi::Buffer<ffi::S32>>()       \
       .Ret<ffi::AnyBuffer>()
