@@ -115,8 +115,9 @@ def leaf_values(G, H, l2):
 
 def best_splits(hist, l2, min_child_weight, min_split_gain):
     """The best split of each node from its histogram ``hist[node, feature, bin, (G, H)]``:
-    ``(feature, threshold, gain)``, with ``threshold = num_bins - 1`` (no split) where no
-    candidate has positive gain."""
+    ``(feature, threshold, gain, children)``, with ``threshold = num_bins - 1`` (no split,
+    everything left) where no candidate has positive gain, and ``children (2 nodes, 2)``
+    the ``(G, H)`` sums of the next level's nodes ``2k, 2k + 1``."""
     nodes, d, nb, _ = hist.shape
     cum = jnp.cumsum(hist, axis=2)
     GL, HL = cum[..., 0], cum[..., 1]
@@ -134,7 +135,10 @@ def best_splits(hist, l2, min_child_weight, min_split_gain):
     split = best_gain > 0
     feature = jnp.where(split, best // nb, 0).astype(jnp.int32)
     threshold = jnp.where(split, best % nb, nb - 1).astype(jnp.int32)
-    return feature, threshold, jnp.where(split, best_gain, 0.0)
+    left = cum[jnp.arange(nodes), feature, threshold]  # (nodes, 2)
+    total = cum[:, 0, -1]
+    children = jnp.stack([left, total - left], axis=1).reshape(2 * nodes, 2)
+    return feature, threshold, jnp.where(split, best_gain, 0.0), children
 
 
 def grow_tree(
@@ -161,14 +165,14 @@ def grow_tree(
         hist = _level_histograms(
             bins, gh, node, hist, level=level, num_bins=num_bins, method=histogram
         )
-        feature, threshold, gain = best_splits(hist, l2, min_child_weight, min_split_gain)
+        feature, threshold, gain, children = best_splits(hist, l2, min_child_weight, min_split_gain)
         sample_bin = jnp.take_along_axis(bins, feature[node][:, None], axis=1)[:, 0]
         node = 2 * node + (sample_bin > threshold[node]).astype(jnp.int32)
         features.append(feature)
         thresholds.append(threshold)
         gains.append(gain)
-    sums = jax.ops.segment_sum(gh, node, num_segments=2**depth)
-    G, H = sums[:, 0], sums[:, 1]
+    # the leaves' sums are the last level's split sums (no pass over the rows)
+    G, H = children[:, 0], children[:, 1]
     tree = Tree(jnp.concatenate(features), jnp.concatenate(thresholds), leaf_values(G, H, l2))
     return TreeFit(tree, node, G, H, jnp.concatenate(gains))
 
