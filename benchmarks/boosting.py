@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target
@@ -123,8 +124,6 @@ def _ours(
 
 
 def _mean_loss(loss, K, y, F) -> float:
-    import jax.numpy as jnp
-
     fn = get_loss(loss, K)
     y = fn.check(y)
     return float(jnp.mean(fn.value(jnp.asarray(y), jnp.asarray(F, jnp.float32))))

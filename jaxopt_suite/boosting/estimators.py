@@ -26,6 +26,7 @@ except ImportError as error:  # pragma: no cover - exercised only without scikit
         "jaxopt_suite.boosting.estimators needs scikit-learn: pip install 'jaxopt_suite[bench]'"
     ) from error
 
+from jaxopt_suite.boosting.binning import apply_bins
 from jaxopt_suite.boosting.fit import BoostingConfig, fit_boosting, predict_raw
 from jaxopt_suite.boosting.losses import get_loss
 from jaxopt_suite.boosting.trees import tree_predict
@@ -133,8 +134,6 @@ class _Boosting(BaseEstimator):
         if self.model_.weights is not None:
             yield self._raw(X)
             return
-        from jaxopt_suite.boosting.binning import apply_bins
-
         X = validate_data(self, X, reset=False, dtype=np.float64)
         bins = apply_bins(self.model_.bins, X)
         kept = jax.tree.map(lambda a: a[: self.best_round_ + 1], self.model_.trees)

@@ -23,7 +23,7 @@ import numpy as np
 from jaxopt_suite._checks import check_key
 from jaxopt_suite.boosting import steps as step_rules
 from jaxopt_suite.boosting.binning import BinEdges, apply_bins, check_features, fit_bins
-from jaxopt_suite.boosting.losses import Loss, get_loss
+from jaxopt_suite.boosting.losses import get_loss
 from jaxopt_suite.boosting.trees import (
     HISTOGRAMS,
     Tree,
@@ -352,8 +352,3 @@ def _predict_trees(trees: Tree, bins, base, rounds: int):
 
     F0 = jnp.broadcast_to(base, (bins.shape[0], base.shape[0])).astype(jnp.float32)
     return jax.lax.scan(add, F0, used)[0]
-
-
-def loss_of(config: BoostingConfig) -> Loss:
-    """The :class:`Loss` a config fits."""
-    return get_loss(config.loss, config.num_classes)

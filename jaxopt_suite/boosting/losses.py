@@ -40,17 +40,19 @@ def _labels(y, name="y") -> np.ndarray:
     return y
 
 
+def _reject(y: np.ndarray, bad: np.ndarray, expected: str) -> None:
+    """Raises naming the first label where ``bad`` holds, unless none does."""
+    if np.any(bad):
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{expected}; y[{i}] = {y[i]!r}")
+
+
 def logistic() -> Loss:
     """Binary log-loss on ``y in {0, 1}``: ``softplus(F) - y F``."""
 
     def check(y):
         y = _labels(y)
-        bad = ~np.isin(y, (0, 1))
-        if np.any(bad):
-            raise ValueError(
-                f"logistic loss needs labels in {{0, 1}}; y[{int(np.flatnonzero(bad)[0])}] = "
-                f"{y[bad][0]!r}"
-            )
+        _reject(y, ~np.isin(y, (0, 1)), "logistic loss needs labels in {0, 1}")
         return y.astype(np.float32)
 
     def value(y, F):
@@ -78,12 +80,7 @@ def softmax(num_classes: int) -> Loss:
         y = _labels(y)
         if y.dtype.kind == "f" and np.any(y != np.round(y)):
             raise ValueError("softmax loss needs integer class labels")
-        bad = (y < 0) | (y >= K)
-        if np.any(bad):
-            raise ValueError(
-                f"softmax loss with {K} classes needs labels in [0, {K}); "
-                f"y[{int(np.flatnonzero(bad)[0])}] = {y[bad][0]!r}"
-            )
+        _reject(y, (y < 0) | (y >= K), f"softmax loss with {K} classes needs labels in [0, {K})")
         return y.astype(np.int32)
 
     def value(y, F):
@@ -123,10 +120,7 @@ def poisson() -> Loss:
 
     def check(y):
         y = _labels(y).astype(np.float32)
-        if np.any(y < 0):
-            raise ValueError(
-                f"poisson loss needs y >= 0; y[{int(np.flatnonzero(y < 0)[0])}] = {y[y < 0][0]}"
-            )
+        _reject(y, y < 0, "poisson loss needs y >= 0")
         return y
 
     def value(y, F):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -102,11 +102,27 @@ def _shared_matvec(vector: Callable, panel: Callable):
 class SharedOperator:
     """``A`` and ``A^T`` in some stored form (``forward``, ``backward``): ``@`` a vector,
     ``.T`` the transpose, and under ``vmap`` over vectors one panel product (what
-    ``solve_lp_batch`` does every iteration). Subclasses say how to multiply with
+    ``solve_lp_batch`` does every iteration). By default a subclass names its stored
+    matrix type as ``stored`` (with ``from_scipy(A, dtype)`` and ``matvec(x)`` for ``x`` of
+    shape ``(n,)`` or ``(n, B)``); one whose vector and panel products differ overrides
     ``vector(matrix, x[n])`` and ``panel(matrix, X[n, B])``."""
 
     forward: Any
     backward: Any
+    stored: ClassVar[Any]
+
+    @classmethod
+    def from_scipy(cls, A, dtype):
+        A = sp.csr_array(A)
+        return cls(cls.stored.from_scipy(A, dtype), cls.stored.from_scipy(A.T, dtype))
+
+    @staticmethod
+    def vector(matrix, x: jax.Array) -> jax.Array:
+        return matrix.matvec(x)
+
+    @staticmethod
+    def panel(matrix, x: jax.Array) -> jax.Array:
+        return matrix.matvec(x)
 
     def __matmul__(self, x: jax.Array) -> jax.Array:
         return _shared_matvec(type(self).vector, type(self).panel)(self.forward, x)
@@ -125,16 +141,4 @@ class EllOperator(SharedOperator):
 
     forward: EllMatrix
     backward: EllMatrix
-
-    @classmethod
-    def from_scipy(cls, A, dtype) -> EllOperator:
-        A = sp.csr_array(A)
-        return cls(EllMatrix.from_scipy(A, dtype), EllMatrix.from_scipy(A.T, dtype))
-
-    @staticmethod
-    def vector(matrix: EllMatrix, x: jax.Array) -> jax.Array:
-        return matrix.matvec(x)
-
-    @staticmethod
-    def panel(matrix: EllMatrix, x: jax.Array) -> jax.Array:
-        return matrix.matvec(x)
+    stored: ClassVar[type] = EllMatrix
