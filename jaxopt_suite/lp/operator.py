@@ -7,9 +7,10 @@ with one sorted ``segment_sum`` over the (few) slab rows. ``k`` is the longest r
 padding to it at most doubles the storage, else twice the mean row length, so one dense
 row (a budget constraint, say) does not blow the slab up to ``m x n``.
 
-:class:`EllOperator` holds ``A`` and ``A^T`` in this form. Under ``vmap`` over the vector
-(many LPs sharing one matrix, as ``solve_lp_batch`` does) its product becomes one
-gather over a ``(n, B)`` block with the batch in the trailing axis, which on CPU is
+:class:`EllOperator` holds ``A`` and ``A^T`` in this form. Times a panel ``(n, B)`` (many
+LPs sharing one matrix, as ``solve_lp_batch`` holds them) or under ``vmap`` over the vector,
+its product is one gather over the ``(n, B)`` block with the batch in the trailing axis,
+which on CPU is
 several times faster per instance than a batched dense or BCOO product.
 """
 
@@ -101,8 +102,9 @@ def _shared_matvec(vector: Callable, panel: Callable):
 
 class SharedOperator:
     """``A`` and ``A^T`` in some stored form (``forward``, ``backward``): ``@`` a vector,
-    ``.T`` the transpose, and under ``vmap`` over vectors one panel product (what
-    ``solve_lp_batch`` does every iteration). By default a subclass names its stored
+    ``.T`` the transpose; ``@`` a panel ``(n, B)`` (a batch in columns, what
+    ``solve_lp_batch`` multiplies every iteration) and ``@`` a vector under ``vmap`` are one
+    panel product. By default a subclass names its stored
     matrix type as ``stored`` (with ``from_scipy(A, dtype)`` and ``matvec(x)`` for ``x`` of
     shape ``(n,)`` or ``(n, B)``); one whose vector and panel products differ overrides
     ``vector(matrix, x[n])`` and ``panel(matrix, X[n, B])``."""
@@ -125,6 +127,8 @@ class SharedOperator:
         return matrix.matvec(x)
 
     def __matmul__(self, x: jax.Array) -> jax.Array:
+        if x.ndim == 2:  # a batch in columns
+            return type(self).panel(self.forward, x)
         return _shared_matvec(type(self).vector, type(self).panel)(self.forward, x)
 
     @property

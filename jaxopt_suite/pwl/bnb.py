@@ -565,7 +565,7 @@ class _Solver:
         root_hi = (self.sizes - 1).astype(np.int32)
         self.store.push(root_lo, root_hi, -math.inf, 0, -1)
         lower, upper = self._bounds(root_lo, root_hi)
-        # batch widths B, B/4, B/16, ...: a vmapped loop costs every lane, parked or not,
+        # batch widths B, B/4, B/16, ...: the batched loop costs every lane, parked or not,
         # so the batch is as narrow as the work at hand (each width compiles once)
         widths = sorted({max(1, B // 4**k) for k in range(12)})
         width = widths[0]
