@@ -962,9 +962,10 @@ def solve_lp_batch(
     and objective ``c[b]`` (shape ``(B, n)``; default ``lp.c`` for all). The preconditioner
     and step size come from ``lp`` once; each instance keeps its own primal weight, restart
     state and status, and an instance that finishes stops changing while the others run
-    (one ``while_loop`` over the batch held in columns, ``x`` of shape ``(n, B)``). ``warm_start=(x[B, n], y[B, m])``. For
-    continuous batching (refilling finished slots) use :func:`batch_start`,
-    :func:`batch_advance`, :func:`batch_refill` and :func:`batch_solution`.
+    (one ``while_loop`` over the batch held in columns, ``x`` of shape ``(n, B)``).
+    ``warm_start=(x[B, n], y[B, m])``. For continuous batching (refilling finished slots)
+    use :func:`batch_start`, :func:`batch_advance`, :func:`batch_refill` and
+    :func:`batch_solution`.
 
     ``compact=True``: the batched loop costs as much for a finished instance as for a running
     one, so whenever at most half of the working batch still runs, the running instances
