@@ -27,7 +27,7 @@ def _matrix(m, n, density, seed, empty_row=None):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-@pytest.mark.parametrize("batch", [None, 1, 3, 8, 17, 64])
+@pytest.mark.parametrize("batch", [None, 1, 3, 8, 17, 64, 200])
 def test_panel_matches_dense(dtype, batch):
     with jax.enable_x64(dtype == jnp.float64):
         A = _matrix(37, 53, 0.1, seed=3, empty_row=5)

@@ -158,6 +158,28 @@ def test_batched_solve_equals_individual_solves():
         assert abs(int(result.iterations[b]) - single.iterations) <= 2 * LPOptions().eval_every
 
 
+def test_threaded_batch_equals_its_groups_solved_alone():
+    lp = _feasible_lp(3, m=12, n=16)
+    rng = np.random.default_rng(1)
+    batch = 7
+    lower = np.tile(lp.var_lower, (batch, 1))
+    upper = np.tile(lp.var_upper, (batch, 1))
+    upper[:, :3] = rng.uniform(0.5, 3.0, (batch, 3))
+    costs = lp.c + 0.1 * rng.normal(size=(batch, lp.num_cols))
+    together = solve_lp_batch(lp, lower, upper, costs, threads=3)
+    assert np.all(together.status == Status.OPTIMAL), together.messages()
+    # three groups of consecutive instances (3, 2, 2), each its own loop of its own width
+    for rows in (slice(0, 3), slice(3, 5), slice(5, 7)):
+        alone = solve_lp_batch(lp, lower[rows], upper[rows], costs[rows], threads=1)
+        for field in ("x", "y", "objective", "dual_bound", "status", "iterations", "residuals"):
+            np.testing.assert_array_equal(getattr(together, field)[rows], getattr(alone, field))
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="threads must be an int >= 1"):
+            solve_lp_batch(lp, lower, upper, threads=bad)
+    # more threads than instances: one instance per group
+    assert np.all(solve_lp_batch(lp, lower[:2], upper[:2], threads=4).status == Status.OPTIMAL)
+
+
 def test_batch_freezes_finished_instances_and_checks_input():
     lp = _feasible_lp(2, m=10, n=12)
     lower = np.tile(lp.var_lower, (2, 1))

@@ -14,37 +14,65 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-// Columns [b0, b0 + W) of Y for every row, with the W running sums held in registers
-// across the row's entries (W is a compile-time width, so the loops unroll fully).
-template <typename T, int W>
-void CsrChunk(const int32_t* indptr, const int32_t* indices, const T* data, const T* x,
-              T* y, int64_t rows, int64_t batch, int64_t b0) {
+// Columns [b0, b0 + N * L) of Y for every row, where L values of T fill 64 bytes (one
+// cache line, one AVX-512 register): the N running sums of a row stay in vector registers
+// across the row's entries, and each entry adds value * (N lines of X's row).
+template <typename T, int N>
+void CsrLines(const int32_t* indptr, const int32_t* indices, const T* data, const T* x, T* y,
+              int64_t rows, int64_t batch, int64_t b0) {
+  constexpr int L = 64 / sizeof(T);
+  typedef T Line __attribute__((vector_size(64)));
   for (int64_t i = 0; i < rows; ++i) {
-    T acc[W] = {};
+    Line acc[N];
+    for (int v = 0; v < N; ++v) acc[v] = Line{};
     for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
       const T value = data[k];
       const T* in = x + static_cast<int64_t>(indices[k]) * batch + b0;
-      for (int w = 0; w < W; ++w) acc[w] += value * in[w];
+      for (int v = 0; v < N; ++v) {
+        Line line;
+        __builtin_memcpy(&line, in + v * L, sizeof(Line));
+        acc[v] += value * line;
+      }
     }
     T* out = y + i * batch + b0;
-    for (int w = 0; w < W; ++w) out[w] = acc[w];
+    for (int v = 0; v < N; ++v) __builtin_memcpy(out + v * L, &acc[v], sizeof(Line));
+  }
+}
+
+// Columns [b0, b0 + 1) (the columns left over after whole lines).
+template <typename T>
+void CsrColumn(const int32_t* indptr, const int32_t* indices, const T* data, const T* x, T* y,
+               int64_t rows, int64_t batch, int64_t b0) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T acc = 0;
+    for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
+      acc += data[k] * x[static_cast<int64_t>(indices[k]) * batch + b0];
+    }
+    y[i * batch + b0] = acc;
   }
 }
 
 template <typename T>
 void CsrPanel(const int32_t* indptr, const int32_t* indices, const T* data, const T* x,
               T* y, int64_t rows, int64_t batch) {
-  constexpr int kWide = 128 / sizeof(T);  // 16 doubles or 32 floats
-  constexpr int kLine = 64 / sizeof(T);   // one cache line
+  constexpr int64_t L = 64 / sizeof(T);
   int64_t b0 = 0;
-  for (; b0 + kWide <= batch; b0 += kWide) {
-    CsrChunk<T, kWide>(indptr, indices, data, x, y, rows, batch, b0);
+  for (; b0 + 8 * L <= batch; b0 += 8 * L) {
+    CsrLines<T, 8>(indptr, indices, data, x, y, rows, batch, b0);
   }
-  for (; b0 + kLine <= batch; b0 += kLine) {
-    CsrChunk<T, kLine>(indptr, indices, data, x, y, rows, batch, b0);
+  if (b0 + 4 * L <= batch) {
+    CsrLines<T, 4>(indptr, indices, data, x, y, rows, batch, b0);
+    b0 += 4 * L;
   }
-  for (; b0 + 2 <= batch; b0 += 2) CsrChunk<T, 2>(indptr, indices, data, x, y, rows, batch, b0);
-  if (b0 < batch) CsrChunk<T, 1>(indptr, indices, data, x, y, rows, batch, b0);
+  if (b0 + 2 * L <= batch) {
+    CsrLines<T, 2>(indptr, indices, data, x, y, rows, batch, b0);
+    b0 += 2 * L;
+  }
+  if (b0 + L <= batch) {
+    CsrLines<T, 1>(indptr, indices, data, x, y, rows, batch, b0);
+    b0 += L;
+  }
+  for (; b0 < batch; ++b0) CsrColumn<T>(indptr, indices, data, x, y, rows, batch, b0);
 }
 
 ffi::Error CsrPanelImpl(ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> indices,
