@@ -285,6 +285,9 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
         "timing": "steady state: second call, compilation excluded; ours pays host "
         "preconditioning and the step-size estimate again (cache cleared before the call)",
         "batched_lp": "random_sparse(100, 150, 0.05), upper bounds of 10 columns perturbed",
+        "batched_threads": "solve_lp_batch default: one thread per 32 instances, at most "
+        f"{pdlp._usable_cores()} (the usable cores); the sequential side is one solve_lp "
+        "call after another",
         "matrix_products": "native CPU kernel (auto)"
         if native.available()
         else f"XLA (auto; native kernel unavailable: {native.unavailable_reason()})",
