@@ -110,21 +110,33 @@ def bsr_spmm_reference(A: BlockELL, X: jax.Array) -> jax.Array:
 
 
 def _kernel(cols_ref, blocks_ref, x_ref, o_ref, *, K, bn):
+    # cols, blocks and X stay where they are (memory space ANY); the program reads its K
+    # column indices and tiles and the K row panels of X it needs, nothing else. No block
+    # shape then depends on nbr, K or n, which Triton (power-of-two blocks) requires.
     i = pl.program_id(0)
 
     def body(k, acc):
         c = cols_ref[i, k]
         panel = x_ref[pl.ds(c * bn, bn), :]
-        return acc + jnp.dot(blocks_ref[0, k], panel, preferred_element_type=jnp.float32)
+        return acc + jnp.dot(blocks_ref[i, k], panel, preferred_element_type=jnp.float32)
 
     acc = jnp.zeros(o_ref.shape, jnp.float32)
     o_ref[...] = jax.lax.fori_loop(0, K, body, acc).astype(o_ref.dtype)
 
 
-def bsr_spmm(A: BlockELL, X: jax.Array, *, interpret: bool | None = None) -> jax.Array:
+def bsr_spmm(
+    A: BlockELL,
+    X: jax.Array,
+    *,
+    interpret: bool | None = None,
+    compiler_params: pl.CompilerParams | None = None,
+) -> jax.Array:
     """``A @ X`` for ``X`` of shape ``(n, B)`` with the Pallas kernel (module docstring).
 
-    ``vmap``-safe (an extra grid axis per mapped dimension)."""
+    ``compiler_params``: passed to ``pallas_call`` (on GPU, Triton's
+    ``jax.experimental.pallas.triton.CompilerParams`` selects the Triton lowering; the
+    tile shape ``(bm, bn)`` and ``B`` must then be powers of two). ``vmap``-safe (an extra
+    grid axis per mapped dimension)."""
     _check(A, X)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
@@ -132,16 +144,14 @@ def bsr_spmm(A: BlockELL, X: jax.Array, *, interpret: bool | None = None) -> jax
     bm, bn = A.block_sizes.bm, A.block_sizes.bn
     Xp = _pad_rows(A, X).astype(A.blocks.dtype)
     B = X.shape[1]
+    whole = pl.BlockSpec(memory_space=pl.ANY)
     out = pl.pallas_call(
         functools.partial(_kernel, K=K, bn=bn),
         out_shape=jax.ShapeDtypeStruct((nbr * bm, B), A.blocks.dtype),
         grid=(nbr,),
-        in_specs=[
-            pl.BlockSpec((nbr, K), lambda i: (0, 0)),
-            pl.BlockSpec((1, K, bm, bn), lambda i: (i, 0, 0, 0)),
-            pl.BlockSpec(Xp.shape, lambda i: (0, 0)),
-        ],
+        in_specs=[whole, whole, whole],
         out_specs=pl.BlockSpec((bm, B), lambda i: (i, 0)),
         interpret=interpret,
+        compiler_params=compiler_params,
     )(A.cols, A.blocks, Xp)
     return out[: A.shape[0]]
