@@ -806,16 +806,32 @@ def batch_start(
     return LPBatch(lp, options, scaling, data, state, lower, upper, costs)
 
 
-def batch_advance(batch: LPBatch, evaluations: int | None = None) -> LPBatch:
+def batch_advance(
+    batch: LPBatch, evaluations: int | None = None, *, threads: int | None = None
+) -> LPBatch:
     """Runs every unfinished slot for at most ``evaluations`` evaluation periods of
     ``options.eval_every`` iterations (``None``: until every slot stops). Finished slots do
-    not change."""
+    not change. ``threads`` as in :func:`solve_lp_batch`: the slots are cut into that many
+    groups of consecutive slots, each advanced by its own loop on its own thread."""
     if evaluations is not None and (
         isinstance(evaluations, bool) or not isinstance(evaluations, int) or evaluations < 1
     ):
         raise ValueError(f"evaluations must be an int >= 1 or None, got {evaluations!r}")
     limit = jnp.asarray(np.iinfo(np.int32).max if evaluations is None else evaluations, jnp.int32)
-    state = _batched_advance(batch.options)(batch.data, batch.state, limit)
+    advance = _batched_advance(batch.options)
+    size = batch.var_lower.shape[0]
+    groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
+    if len(groups) == 1:
+        return batch._replace(state=advance(batch.data, batch.state, limit))
+
+    def run(rows):
+        index = jnp.asarray(rows)
+        fields, state = _take_slots((_batched_fields(batch.data), batch.state), index)
+        return jax.block_until_ready(advance(batch.data._replace(**fields), state, limit))
+
+    state = batch.state
+    for rows, part in zip(groups, _thread_pool(len(groups)).map(run, groups), strict=True):
+        state = _put_slots(state, jnp.asarray(rows), part)
     return batch._replace(state=state)
 
 
@@ -988,11 +1004,7 @@ def solve_lp_batch(
     _check_options(options)
     lower, upper, costs, x0, y0 = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
     size = lower.shape[0]
-    if threads is None:
-        threads = max(1, min(_usable_cores(), size // THREAD_GROUP))
-    elif isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-        raise ValueError(f"threads must be an int >= 1 or None, got {threads!r}")
-    groups = [g for g in np.array_split(np.arange(size), int(threads)) if g.size]
+    groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
 
     def solve_group(rows):
         batch = batch_start(
@@ -1018,6 +1030,14 @@ def solve_lp_batch(
 # solve_lp_batch's default: one thread per this many instances (a narrower loop spends
 # more of its time on per-operation overhead than on the instances)
 THREAD_GROUP = 32
+
+
+def _thread_count(threads: int | None, size: int) -> int:
+    if threads is None:
+        return max(1, min(_usable_cores(), size // THREAD_GROUP))
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be an int >= 1 or None, got {threads!r}")
+    return int(threads)
 
 
 def _usable_cores() -> int:

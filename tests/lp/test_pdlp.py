@@ -180,6 +180,26 @@ def test_threaded_batch_equals_its_groups_solved_alone():
     assert np.all(solve_lp_batch(lp, lower[:2], upper[:2], threads=4).status == Status.OPTIMAL)
 
 
+def test_threaded_batch_advance_equals_its_groups_advanced_alone():
+    from jaxopt_suite.lp.pdlp import batch_advance, batch_solution, batch_start
+
+    lp = _feasible_lp(4, m=12, n=16)
+    rng = np.random.default_rng(2)
+    lower = np.tile(lp.var_lower, (6, 1))
+    upper = np.tile(lp.var_upper, (6, 1))
+    upper[:, :3] = rng.uniform(0.5, 3.0, (6, 3))
+    both = batch_solution(batch_advance(batch_start(lp, lower, upper), 3, threads=2))
+    for rows in (slice(0, 3), slice(3, 6)):
+        alone = batch_solution(
+            batch_advance(batch_start(lp, lower[rows], upper[rows]), 3, threads=1)
+        )
+        for field in ("x", "y", "status", "iterations", "residuals"):
+            np.testing.assert_array_equal(getattr(both, field)[rows], getattr(alone, field))
+    assert np.all(both.iterations == 3 * LPOptions().eval_every)  # 3 periods, not finished
+    with pytest.raises(ValueError, match="threads must be an int >= 1"):
+        batch_advance(batch_start(lp, lower, upper), 1, threads=0)
+
+
 def test_batch_freezes_finished_instances_and_checks_input():
     lp = _feasible_lp(2, m=10, n=12)
     lower = np.tile(lp.var_lower, (2, 1))
