@@ -51,6 +51,7 @@ from jaxopt_suite.lp import (
     batch_start,
     solve_lp,
 )
+from jaxopt_suite.lp.repair import repair_rows
 from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
 
 
@@ -838,6 +839,16 @@ class _Solver:
                 self.heuristics.append(self._pump_job(job.lo, job.hi, x, (x, y), k))
         return None
 
+    def _repaired(self, lp_x: np.ndarray) -> np.ndarray:
+        """``lp_x`` moved onto the LP's rows to rounding accuracy (:func:`repair_rows`)
+        with each set's lambdas held to its pair (or to the segment of its argument): a
+        polished LP point meets its rows only to the polish tolerance, in norm."""
+        root_lo = np.zeros(self.S, np.int32)
+        root_hi = (self.sizes - 1).astype(np.int32)
+        lower, upper = self._bounds(*self._candidate_intervals(lp_x, root_lo, root_hi))
+        lp = self.lp
+        return repair_rows(lp.A, lp.row_lower, lp.row_upper, lower, upper, lp_x)[0]
+
     def _solution(
         self, status: MIPStatus, bound: float, elapsed: float, rounds: int
     ) -> MIPSolution:
@@ -846,12 +857,15 @@ class _Solver:
             (inc, lp_x), polished = self.fallback, False
         violation = math.nan
         if math.isfinite(inc):
-            # the LP point, or the same point with z = f(x) exactly: whichever the model's
-            # own check finds less violated; its objective is evaluated on the model
-            raw = self.compiled.model_values(lp_x)
-            x, violation = min(
-                ((v, self.model.check(v)) for v in (self.model.snap(raw), raw)),
-                key=lambda pair: pair[1],
+            # the LP point repaired onto its rows within its SOS2 pairs, the LP point, or
+            # the LP point with z = f(x) exactly: whichever the model's own check finds
+            # least violated; its objective is evaluated on the model
+            repaired = self._repaired(lp_x)
+            points = [(p, self.compiled.model_values(p)) for p in (repaired, lp_x)]
+            points.append((lp_x, self.model.snap(points[1][1])))
+            (lp_x, x), violation = min(
+                ((pair, self.model.check(pair[1])) for pair in points),
+                key=lambda item: item[1],
             )
             objective = self.model.objective_value(x)
             inc = self.sign * objective
