@@ -732,7 +732,7 @@ class LPBatch(NamedTuple):
     options: LPOptions
     scaling: Scaling
     data: _Data  # per-instance fields (k, B); shared vectors (k, 1)
-    state: _State  # slot axis last: x (n, B), y (m, B), residuals (3, B), scalars (B,)
+    state: _State  # slot axis last: x (n, B), y (m, B), residuals (3, B), scalars (1, B)
     var_lower: np.ndarray  # (B, n)
     var_upper: np.ndarray  # (B, n)
     costs: np.ndarray  # (B, n)
@@ -830,7 +830,8 @@ def batch_advance(
         return jax.block_until_ready(advance(batch.data._replace(**fields), state, limit))
 
     state = batch.state
-    for rows, part in zip(groups, _thread_pool(len(groups)).map(run, groups), strict=True):
+    parts = _thread_pool(len(groups)).map(_in_callers_precision(run), groups)
+    for rows, part in zip(groups, parts, strict=True):
         state = _put_slots(state, jnp.asarray(rows), part)
     return batch._replace(state=state)
 
@@ -1018,7 +1019,7 @@ def solve_lp_batch(
         solutions = [solve_group(groups[0])]
     else:
         _prepare(lp, options, batched=True)  # shared by the groups; built once
-        solutions = list(_thread_pool(len(groups)).map(solve_group, groups))
+        solutions = list(_thread_pool(len(groups)).map(_in_callers_precision(solve_group), groups))
     merged = {
         field: np.concatenate([getattr(sol, field) for sol in solutions])
         for field in LPBatchSolution._fields
@@ -1049,6 +1050,18 @@ def _usable_cores() -> int:
 
 _POOL_LOCK = threading.Lock()
 _POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _in_callers_precision(fn):
+    """``fn`` run under the calling thread's float64 setting: ``jax.enable_x64`` is a
+    per-thread context, and a worker thread would otherwise trace in float32."""
+    x64 = bool(jnp.result_type(float) == jnp.float64)
+
+    def wrapped(*args):
+        with jax.enable_x64(x64):
+            return fn(*args)
+
+    return wrapped
 
 
 def _thread_pool(workers: int) -> ThreadPoolExecutor:

@@ -1,5 +1,6 @@
 """solve_lp against HiGHS (scipy's linprog), statuses, warm starts and the safe bound."""
 
+import jax
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -158,7 +159,15 @@ def test_batched_solve_equals_individual_solves():
         assert abs(int(result.iterations[b]) - single.iterations) <= 2 * LPOptions().eval_every
 
 
-def test_threaded_batch_equals_its_groups_solved_alone():
+@pytest.mark.parametrize("x64", [False, True])
+def test_threaded_batch_equals_its_groups_solved_alone(x64):
+    # under jax.enable_x64 (a per-thread context) the worker threads must solve in float64
+    # too: a float32 group would not equal the same group solved alone
+    with jax.enable_x64(x64):
+        _threaded_batch_equals_its_groups()
+
+
+def _threaded_batch_equals_its_groups():
     lp = _feasible_lp(3, m=12, n=16)
     rng = np.random.default_rng(1)
     batch = 7
@@ -188,11 +197,13 @@ def test_threaded_batch_advance_equals_its_groups_advanced_alone():
     lower = np.tile(lp.var_lower, (6, 1))
     upper = np.tile(lp.var_upper, (6, 1))
     upper[:, :3] = rng.uniform(0.5, 3.0, (6, 3))
-    both = batch_solution(batch_advance(batch_start(lp, lower, upper), 3, threads=2))
+    with jax.enable_x64(True):  # the worker threads follow this thread's precision
+        both = batch_solution(batch_advance(batch_start(lp, lower, upper), 3, threads=2))
     for rows in (slice(0, 3), slice(3, 6)):
-        alone = batch_solution(
-            batch_advance(batch_start(lp, lower[rows], upper[rows]), 3, threads=1)
-        )
+        with jax.enable_x64(True):
+            alone = batch_solution(
+                batch_advance(batch_start(lp, lower[rows], upper[rows]), 3, threads=1)
+            )
         for field in ("x", "y", "status", "iterations", "residuals"):
             np.testing.assert_array_equal(getattr(both, field)[rows], getattr(alone, field))
     assert np.all(both.iterations == 3 * LPOptions().eval_every)  # 3 periods, not finished
