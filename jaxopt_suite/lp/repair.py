@@ -42,11 +42,14 @@ def repair_rows(
     v,
     *,
     tolerance: float = 1e-12,
-    rounds: int = 10,
+    rounds: int = 30,
+    passes: int = 4,
 ) -> tuple[np.ndarray, float]:
     """``(point, violation)``: ``v`` clipped to ``[lower, upper]`` and corrected (module
-    docstring) until every row holds to ``tolerance`` relative to ``1 + |side|`` or
-    ``rounds`` rounds have run; ``violation`` is :func:`row_violation` of the point.
+    docstring) until every row holds to ``tolerance`` relative to ``1 + |side|``, in at
+    most ``passes`` passes of at most ``rounds`` rounds (each pass starts its active set
+    afresh from the point it is given, and runs only while the violation falls);
+    ``violation`` is :func:`row_violation` of the point.
 
     The correction never leaves the bounds, so a point whose rows cannot be met within
     them keeps part of its violation (compare ``violation`` with that of ``v``)."""
@@ -62,6 +65,19 @@ def repair_rows(
     if not np.all(np.isfinite(v)):
         raise ValueError("v must be finite")
     v = np.clip(v, lower, upper)
+    violation = row_violation(A, row_lower, row_upper, lower, upper, v)
+    for _ in range(passes):
+        if violation <= tolerance:
+            break
+        moved = _repair_pass(A, row_lower, row_upper, lower, upper, v, tolerance, rounds)
+        moved_violation = row_violation(A, row_lower, row_upper, lower, upper, moved)
+        if not moved_violation < violation:
+            break
+        v, violation = moved, moved_violation
+    return v, violation
+
+
+def _repair_pass(A, row_lower, row_upper, lower, upper, v, tolerance, rounds):
     equality = row_lower == row_upper
     span = upper - lower
     # first only the columns strictly inside their bounds move (a basic-like point keeps
@@ -92,4 +108,4 @@ def repair_rows(
         movable[free[clipped != proposed]] = False
         v = v.copy()
         v[free] = clipped
-    return v, row_violation(A, row_lower, row_upper, lower, upper, v)
+    return v

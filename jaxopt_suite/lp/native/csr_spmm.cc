@@ -39,16 +39,31 @@ void CsrLines(const int32_t* indptr, const int32_t* indices, const T* data, cons
   }
 }
 
-// Columns [b0, b0 + 1) (the columns left over after whole lines).
-template <typename T>
-void CsrColumn(const int32_t* indptr, const int32_t* indices, const T* data, const T* x, T* y,
+// Columns [b0, b0 + W) for a compile-time W below one line: the W running sums stay in
+// registers, one pass over the matrix for all of them.
+template <typename T, int W>
+void CsrNarrow(const int32_t* indptr, const int32_t* indices, const T* data, const T* x, T* y,
                int64_t rows, int64_t batch, int64_t b0) {
   for (int64_t i = 0; i < rows; ++i) {
-    T acc = 0;
+    T acc[W] = {};
     for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
-      acc += data[k] * x[static_cast<int64_t>(indices[k]) * batch + b0];
+      const T value = data[k];
+      const T* in = x + static_cast<int64_t>(indices[k]) * batch + b0;
+      for (int w = 0; w < W; ++w) acc[w] += value * in[w];
     }
-    y[i * batch + b0] = acc;
+    T* out = y + i * batch + b0;
+    for (int w = 0; w < W; ++w) out[w] = acc[w];
+  }
+}
+
+// The columns left after whole lines (width < W + 1): CsrNarrow of exactly that width.
+template <typename T, int W>
+void CsrTail(int width, const int32_t* indptr, const int32_t* indices, const T* data,
+             const T* x, T* y, int64_t rows, int64_t batch, int64_t b0) {
+  if (width == W) {
+    CsrNarrow<T, W>(indptr, indices, data, x, y, rows, batch, b0);
+  } else if constexpr (W > 1) {
+    CsrTail<T, W - 1>(width, indptr, indices, data, x, y, rows, batch, b0);
   }
 }
 
@@ -72,7 +87,10 @@ void CsrPanel(const int32_t* indptr, const int32_t* indices, const T* data, cons
     CsrLines<T, 1>(indptr, indices, data, x, y, rows, batch, b0);
     b0 += L;
   }
-  for (; b0 < batch; ++b0) CsrColumn<T>(indptr, indices, data, x, y, rows, batch, b0);
+  if (b0 < batch) {
+    CsrTail<T, L - 1>(static_cast<int>(batch - b0), indptr, indices, data, x, y, rows, batch,
+                      b0);
+  }
 }
 
 ffi::Error CsrPanelImpl(ffi::Buffer<ffi::S32> indptr, ffi::Buffer<ffi::S32> indices,
