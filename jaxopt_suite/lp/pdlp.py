@@ -999,33 +999,26 @@ def solve_lp_batch(
     per core this process may use. A group's results equal those of solving it alone.
     """
     start = time.perf_counter()
-    options = LPOptions() if options is None else options
-    if not isinstance(lp, LP):
-        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
-    _check_options(options)
-    lower, upper, costs, x0, y0 = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
-    size = lower.shape[0]
+    batch = batch_start(lp, var_lower, var_upper, c, options=options, warm_start=warm_start)
+    size = batch.var_lower.shape[0]
     groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
 
-    def solve_group(rows):
-        batch = batch_start(
-            lp, lower[rows], upper[rows], costs[rows], options=options,
-            warm_start=(x0[rows], y0[rows]),
-        )  # fmt: skip
-        batch = _run_compacting(batch) if compact else batch_advance(batch)
-        return batch_solution(batch)
+    def run(part: LPBatch) -> LPBatch:
+        return _run_compacting(part) if compact else batch_advance(part, threads=1)
 
     if len(groups) == 1:
-        solutions = [solve_group(groups[0])]
+        batch = run(batch)
     else:
-        _prepare(lp, options, batched=True)  # shared by the groups; built once
-        solutions = list(_thread_pool(len(groups)).map(_in_callers_precision(solve_group), groups))
-    merged = {
-        field: np.concatenate([getattr(sol, field) for sol in solutions])
-        for field in LPBatchSolution._fields
-        if field != "seconds"
-    }
-    return LPBatchSolution(**merged, seconds=time.perf_counter() - start)
+
+        def solve_group(rows):
+            return jax.block_until_ready(run(_select_slots(batch, rows)).state)
+
+        parts = _thread_pool(len(groups)).map(_in_callers_precision(solve_group), groups)
+        state = batch.state
+        for rows, part in zip(groups, parts, strict=True):
+            state = _put_slots(state, jnp.asarray(rows), part)
+        batch = batch._replace(state=state)
+    return batch_solution(batch, time.perf_counter() - start)
 
 
 # solve_lp_batch's default: one thread per this many instances (a narrower loop spends
