@@ -847,6 +847,8 @@ class _Solver:
         root_hi = (self.sizes - 1).astype(np.int32)
         lower, upper = self._bounds(*self._candidate_intervals(lp_x, root_lo, root_hi))
         lp = self.lp
+        if not np.all(np.isfinite(lp_x)):
+            return lp_x
         return repair_rows(lp.A, lp.row_lower, lp.row_upper, lower, upper, lp_x)[0]
 
     def _solution(
@@ -884,8 +886,8 @@ class _Solver:
             message += "; no feasible point found"
         elif not polished:
             message += (
-                "; the point is feasible to the node LP tolerance only (its polishing LP "
-                "did not finish)"
+                "; its polishing LP did not finish, so the point comes from a node LP "
+                f"(largest relative model violation {violation:.1e})"
             )
         if self.unresolved and status == MIPStatus.NODE_LIMIT:
             message = (
