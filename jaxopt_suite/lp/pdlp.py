@@ -801,6 +801,8 @@ def batch_start(
     options = LPOptions() if options is None else options
     _check_options(options)
     lower, upper, costs, x0, y0 = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
+    if lower.shape[0] == 0:
+        raise ValueError("var_lower and var_upper must hold at least one instance, got B = 0")
     base, scaling = _prepare(lp, options, batched=True)
     data, state = _scaled_batch(base, scaling, lower, upper, costs, x0, y0)
     return LPBatch(lp, options, scaling, data, state, lower, upper, costs)

@@ -229,6 +229,8 @@ def test_batch_freezes_finished_instances_and_checks_input():
         solve_lp_batch(lp, lower, bad)
     with pytest.raises(ValueError, match=r"c must have shape \(2, 12\)"):
         solve_lp_batch(lp, lower, upper, np.zeros((3, 12)))
+    with pytest.raises(ValueError, match="at least one instance, got B = 0"):
+        solve_lp_batch(lp, lower[:0], upper[:0])
 
 
 def test_float64_solve():

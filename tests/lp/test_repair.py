@@ -13,9 +13,10 @@ def _feasible_system(seed, m=30, n=50):
     A = A + sp.eye(m, n, format="csr")  # no empty row
     point = rng.uniform(0.2, 0.8, n)  # strictly inside [0, 1]
     act = A @ point
-    kind = rng.integers(0, 3, m)  # equality, <=, two-sided
-    row_lower = np.where(kind == 1, -np.inf, act - np.where(kind == 2, 0.1, 0.0))
-    row_upper = np.where(kind == 0, act, act + np.where(kind == 0, 0.0, 0.05 * (kind == 1)))
+    kind = rng.integers(0, 3, m)
+    # 0: equality at A point; 1: A point <= side with slack; 2: two-sided, at its upper side
+    row_lower = np.select([kind == 0, kind == 1], [act, -np.inf], act - 0.1)
+    row_upper = np.select([kind == 0, kind == 1], [act, act + 0.05], act)
     return A, row_lower, row_upper, np.zeros(n), np.ones(n), point
 
 
