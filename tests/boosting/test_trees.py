@@ -124,6 +124,30 @@ def test_bins_keep_small_integer_features_exact():
     assert counts.min() >= 100  # quantile bins: near-equal occupancy
 
 
+def test_bin_edges_are_midpoints_or_numpy_quantiles():
+    # the edges from one sort per feature equal the definition: midpoints between the
+    # distinct values when there are few, else the distinct np.quantile cut points
+    rng = np.random.default_rng(3)
+    X = np.column_stack(
+        [
+            rng.normal(size=5000),
+            rng.integers(0, 40, 5000).astype(float),  # 40 distinct values < max_bins
+            np.round(rng.exponential(size=5000), 2),  # ties: repeated quantiles
+        ]
+    )
+    max_bins = 64
+    edges = fit_bins(X, max_bins).edges
+    for j in range(X.shape[1]):
+        values = np.unique(X[:, j])
+        if values.size <= max_bins:
+            expected = (values[:-1] + values[1:]) / 2.0
+        else:
+            levels = np.linspace(0.0, 1.0, max_bins + 1)[1:-1]
+            expected = np.unique(np.quantile(X[:, j], levels))
+        np.testing.assert_array_equal(edges[j, : expected.size], expected)
+        assert np.all(np.isinf(edges[j, expected.size :]))
+
+
 def test_binning_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"X\[1, 0\] is nan"):
         fit_bins(np.array([[0.0], [np.nan]]))
