@@ -821,21 +821,9 @@ def batch_advance(
         raise ValueError(f"evaluations must be an int >= 1 or None, got {evaluations!r}")
     limit = jnp.asarray(np.iinfo(np.int32).max if evaluations is None else evaluations, jnp.int32)
     advance = _batched_advance(batch.options)
-    size = batch.var_lower.shape[0]
-    groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
-    if len(groups) == 1:
-        return batch._replace(state=advance(batch.data, batch.state, limit))
-
-    def run(rows):
-        index = jnp.asarray(rows)
-        fields, state = _take_slots((_batched_fields(batch.data), batch.state), index)
-        return jax.block_until_ready(advance(batch.data._replace(**fields), state, limit))
-
-    state = batch.state
-    parts = _thread_pool(len(groups)).map(_in_callers_precision(run), groups)
-    for rows, part in zip(groups, parts, strict=True):
-        state = _put_slots(state, jnp.asarray(rows), part)
-    return batch._replace(state=state)
+    return _in_groups(
+        batch, threads, lambda part: part._replace(state=advance(part.data, part.state, limit))
+    )
 
 
 def batch_refill(
@@ -1002,30 +990,33 @@ def solve_lp_batch(
     """
     start = time.perf_counter()
     batch = batch_start(lp, var_lower, var_upper, c, options=options, warm_start=warm_start)
-    size = batch.var_lower.shape[0]
-    groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
-
-    def run(part: LPBatch) -> LPBatch:
-        return _run_compacting(part) if compact else batch_advance(part, threads=1)
-
-    if len(groups) == 1:
-        batch = run(batch)
-    else:
-
-        def solve_group(rows):
-            return jax.block_until_ready(run(_select_slots(batch, rows)).state)
-
-        parts = _thread_pool(len(groups)).map(_in_callers_precision(solve_group), groups)
-        state = batch.state
-        for rows, part in zip(groups, parts, strict=True):
-            state = _put_slots(state, jnp.asarray(rows), part)
-        batch = batch._replace(state=state)
+    run = _run_compacting if compact else functools.partial(batch_advance, threads=1)
+    batch = _in_groups(batch, threads, run)
     return batch_solution(batch, time.perf_counter() - start)
 
 
 # solve_lp_batch's default: one thread per this many instances (a narrower loop spends
 # more of its time on per-operation overhead than on the instances)
 THREAD_GROUP = 32
+
+
+def _in_groups(batch: LPBatch, threads: int | None, run) -> LPBatch:
+    """``run(part) -> part`` on groups of consecutive slots (:func:`_thread_count` of
+    them), each group on its own thread, their states put back in place; one group runs
+    on the calling thread."""
+    size = batch.var_lower.shape[0]
+    groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
+    if len(groups) == 1:
+        return run(batch)
+
+    def one(rows):
+        return jax.block_until_ready(run(_select_slots(batch, rows)).state)
+
+    state = batch.state
+    parts = _thread_pool(len(groups)).map(_in_callers_precision(one), groups)
+    for rows, part in zip(groups, parts, strict=True):
+        state = _put_slots(state, jnp.asarray(rows), part)
+    return batch._replace(state=state)
 
 
 def _thread_count(threads: int | None, size: int) -> int:

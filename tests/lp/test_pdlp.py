@@ -135,14 +135,21 @@ def test_safe_dual_bound_never_exceeds_the_optimum(seed, iterations):
     assert dual_bound(lp, y)[0] <= optimum + 1e-9 * (1 + abs(optimum))
 
 
-def test_batched_solve_equals_individual_solves():
-    lp = _feasible_lp(1, m=15, n=20)
-    rng = np.random.default_rng(0)
-    batch = 6
+def _perturbed_instances(lp, batch, columns, seed):
+    """``(lower, upper, costs)`` of ``batch`` instances of ``lp``: the upper bounds of the
+    first ``columns`` columns tightened (branch-and-bound style), the costs jittered."""
+    rng = np.random.default_rng(seed)
     lower = np.tile(lp.var_lower, (batch, 1))
     upper = np.tile(lp.var_upper, (batch, 1))
-    upper[:, :4] = rng.uniform(0.5, 3.0, (batch, 4))  # branch-and-bound style tightening
+    upper[:, :columns] = rng.uniform(0.5, 3.0, (batch, columns))
     costs = lp.c + 0.1 * rng.normal(size=(batch, lp.num_cols))
+    return lower, upper, costs
+
+
+def test_batched_solve_equals_individual_solves():
+    lp = _feasible_lp(1, m=15, n=20)
+    batch = 6
+    lower, upper, costs = _perturbed_instances(lp, batch, columns=4, seed=0)
     result = solve_lp_batch(lp, lower, upper, costs)
     assert np.all(result.status == Status.OPTIMAL), result.messages()
     for b in range(batch):
@@ -169,12 +176,7 @@ def test_threaded_batch_equals_its_groups_solved_alone(x64):
 
 def _threaded_batch_equals_its_groups():
     lp = _feasible_lp(3, m=12, n=16)
-    rng = np.random.default_rng(1)
-    batch = 7
-    lower = np.tile(lp.var_lower, (batch, 1))
-    upper = np.tile(lp.var_upper, (batch, 1))
-    upper[:, :3] = rng.uniform(0.5, 3.0, (batch, 3))
-    costs = lp.c + 0.1 * rng.normal(size=(batch, lp.num_cols))
+    lower, upper, costs = _perturbed_instances(lp, 7, columns=3, seed=1)
     together = solve_lp_batch(lp, lower, upper, costs, threads=3)
     assert np.all(together.status == Status.OPTIMAL), together.messages()
     # three groups of consecutive instances (3, 2, 2), each its own loop of its own width
@@ -193,10 +195,7 @@ def test_threaded_batch_advance_equals_its_groups_advanced_alone():
     from jaxopt_suite.lp.pdlp import batch_advance, batch_solution, batch_start
 
     lp = _feasible_lp(4, m=12, n=16)
-    rng = np.random.default_rng(2)
-    lower = np.tile(lp.var_lower, (6, 1))
-    upper = np.tile(lp.var_upper, (6, 1))
-    upper[:, :3] = rng.uniform(0.5, 3.0, (6, 3))
+    lower, upper, _ = _perturbed_instances(lp, 6, columns=3, seed=2)
     with jax.enable_x64(True):  # the worker threads follow this thread's precision
         both = batch_solution(batch_advance(batch_start(lp, lower, upper), 3, threads=2))
     for rows in (slice(0, 3), slice(3, 6)):
