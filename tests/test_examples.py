@@ -3,6 +3,8 @@
 import importlib.util
 from pathlib import Path
 
+import numpy as np
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -57,3 +59,16 @@ def test_pwl_transportation_matches_highs():
     ours, highs = out["ours"], out["highs"]
     assert ours.status.name == "OPTIMAL" and highs.status == "optimal"
     assert abs(ours.objective - highs.objective) <= 1e-4 * abs(highs.objective)
+
+
+def test_aicn_boosting_beats_shrinkage_and_the_unfloored_newton_step_blows_up():
+    example = _load("aicn_boosting")
+    out = example.main(["--quick"])
+    aicn, shrunk = out["aicn"]["train_loss"], out["newton eta=0.3"]["train_loss"]
+    assert aicn[-1] < 0.75 * shrunk[-1]
+    unfloored = out["newton eta=1, no floor"]["train_loss"]
+    assert unfloored.max() > 100 * unfloored[0]
+    alpha = np.asarray(out["aicn"]["alpha"])
+    assert np.all((alpha > 0) & (alpha <= 1))
+    assert out["aicn"]["test_accuracy"] >= out["newton eta=0.3"]["test_accuracy"] - 0.01
+    assert 1 <= out["estimator"]["rounds_kept"] <= 60 and out["estimator"]["test_accuracy"] > 0.9

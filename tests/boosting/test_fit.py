@@ -60,6 +60,22 @@ def test_logistic_fits_breast_cancer(step, key):
     np.testing.assert_allclose(again, loss[-1], rtol=1e-4)
 
 
+def test_plain_newton_without_a_hessian_floor_diverges_where_aicn_does_not(key):
+    # eta = 1, no L2 and no child Hessian floor: a leaf of confidently misclassified rows
+    # has G ~ its size and H ~ 0, so its Newton step is huge (notes/zo_boost.md section 4).
+    # weak-AICN, whose only floor is l2 in its metric, keeps decreasing on the same data.
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(5000, 10, n_informative=6, random_state=1)
+    losses = {}
+    for step, l2 in (("newton", 0.0), ("aicn", 1.0)):
+        config = BoostingConfig(rounds=30, step=step, eta=1.0, l2=l2, min_child_weight=0.0)
+        losses[step] = np.asarray(fit_boosting(X, y, config, key).train_loss, np.float64)
+    assert np.max(losses["newton"]) > 100 * losses["newton"][0]
+    aicn = losses["aicn"]
+    assert np.all(np.diff(aicn) <= 1e-6 * aicn[:-1]) and aicn[-1] < 0.2 * aicn[0]
+
+
 def test_softmax_fits_digits(key):
     data = load_digits()
     config = BoostingConfig(loss="softmax", num_classes=10, rounds=30, depth=3, eta=1.0)
