@@ -455,14 +455,23 @@ def _plot(row: dict, name: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a, t, b) = plt.subplots(1, 3, figsize=(15, 4))
     for m in (*METHODS, "xgboost", "lightgbm"):
-        a.plot(np.arange(1, len(row[m]["train_loss"]) + 1), row[m]["train_loss"], label=m)
+        rounds = np.arange(1, len(row[m]["train_loss"]) + 1)
+        (line,) = a.plot(rounds, row[m]["train_loss"], label=f"{m} train")
+        a.plot(rounds, row[m]["test_loss"], "--", color=line.get_color(), label=f"{m} test")
+        # fit time grows linearly with the rounds: round r ends at r x the measured s/round
+        t.plot(rounds * row[m]["seconds_per_round"], row[m]["train_loss"], label=m)
     a.set_yscale("log")
     a.set_xlabel("round")
-    a.set_ylabel("train log-loss")
+    a.set_ylabel("log-loss (dashed: test)")
     a.set_title(name)
-    a.legend()
+    a.legend(fontsize=7, ncol=2)
+    t.set_yscale("log")
+    t.set_xlabel("seconds (round x measured s/round, 2 threads)")
+    t.set_ylabel("train log-loss")
+    t.set_title(f"{name}: loss against time")
+    t.legend(fontsize=8)
     b.plot(row["aicn"]["delta"], label="delta_k")
     b.plot(row["aicn"]["step"], label="step alpha_k t*")
     b.set_yscale("log")
