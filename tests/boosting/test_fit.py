@@ -201,3 +201,21 @@ def test_bad_input_is_named(key):
         fit_boosting(X, y[:-1], BoostingConfig(rounds=2), key)
     with pytest.raises(TypeError, match="PRNG key"):
         fit_boosting(X, y, BoostingConfig(rounds=2), 0)
+
+
+def test_softmax_hessian_is_a_diagonal_upper_bound():
+    # the K trees of a round are fitted independently: their diagonal metric must bound
+    # the coupled Hessian diag(p) - p p^T from above, or the joint step overshoots
+    K = 5
+    loss = get_loss("softmax", K)
+    F = jax.random.normal(jax.random.key(3), (64, K)) * 2.0
+    y = jnp.arange(64) % K
+    _, h = loss.grad_hess(y, F)
+    p = np.asarray(jax.nn.softmax(F, axis=1), np.float64)
+    d = np.asarray(jax.random.normal(jax.random.key(4), (64, K)), np.float64)
+    exact = np.sum(p * d * d, axis=1) - np.sum(p * d, axis=1) ** 2
+    assert np.all(exact <= np.sum(np.asarray(h) * d * d, axis=1) * (1 + 1e-5))
+    # tight: two equally likely classes moved in opposite directions
+    two = get_loss("softmax", 2)
+    _, h2 = two.grad_hess(jnp.zeros(1, jnp.int32), jnp.zeros((1, 2)))
+    np.testing.assert_allclose(np.sum(np.asarray(h2)[0] * np.array([1.0, 1.0])), 1.0, rtol=1e-6)
