@@ -1,0 +1,206 @@
+"""Robust aggregation rules for synchronous parameter-server training.
+
+Each rule maps the stacked worker updates (a pytree whose leaves have a leading axis of
+``n`` workers) to one update of the parameters' shape. Inside, the updates are one
+``(n, D)`` matrix (:func:`stack`).
+
+* :func:`mean`: the plain average (not robust: one worker moves it anywhere).
+* :func:`coordinate_median`: per-coordinate median (Yin et al., 2018).
+* :func:`trimmed_mean`: per coordinate, the mean after dropping the ``f`` largest and ``f``
+  smallest values (Yin et al., 2018); needs ``n > 2f``.
+* :func:`krum` / :func:`multi_krum`: the update (the mean of the ``m`` updates) whose summed
+  squared distance to its ``n - f - 2`` nearest others is smallest (Blanchard et al., 2017);
+  needs ``n > 2f + 2``.
+* :func:`geometric_median`: Weiszfeld's iteration for ``argmin_z sum_i ||g_i - z||``, with
+  distances floored at ``eps`` (Pillutla et al., 2022).
+* :func:`centered_clipping`: ``v <- v + (1/n) sum_i (g_i - v) min(1, tau / ||g_i - v||)``
+  from the previous aggregate (Karimireddy, He & Jaggi, 2021).
+* :func:`sign_majority`: ``sign(sum_i sign(g_i))`` (signSGD with majority vote, Bernstein
+  et al., 2019): scale it by the learning rate.
+
+:func:`make_aggregator` builds one by name and checks the Byzantine count it must tolerate.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+AGGREGATORS = (
+    "mean",
+    "coordinate_median",
+    "trimmed_mean",
+    "krum",
+    "multi_krum",
+    "geometric_median",
+    "centered_clipping",
+    "sign_majority",
+)
+
+
+# what each rule needs of n workers with f Byzantine (None: no guarantee at any f > 0)
+TOLERANCE = {
+    "mean": None,
+    "coordinate_median": "n > 2f",
+    "trimmed_mean": "n > 2f",
+    "krum": "n > 2f + 2",
+    "multi_krum": "n > 2f + 2",
+    "geometric_median": "n > 2f",
+    "centered_clipping": "n > 2f",
+    "sign_majority": "n > 2f",
+}
+
+
+def stack(updates: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
+    """``(M, unravel)``: the updates as an ``(n, D)`` matrix (one row per worker) and the
+    map from a ``(D,)`` vector back to one update's pytree. Leaves must share the leading
+    worker axis."""
+    leaves = jax.tree.leaves(updates)
+    if not leaves:
+        raise ValueError("updates is an empty pytree")
+    sizes = {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in leaves}
+    if None in sizes or len(sizes) != 1:
+        shapes = [jnp.shape(leaf) for leaf in leaves]
+        raise ValueError(
+            "updates must be a pytree whose leaves all have the same leading (worker) axis, "
+            f"got leaf shapes {shapes}"
+        )
+    first = jax.tree.map(lambda leaf: leaf[0], updates)
+    _, unravel = ravel_pytree(first)
+    return jax.vmap(lambda u: ravel_pytree(u)[0])(updates), unravel
+
+
+def _num_workers(updates: Any) -> int:
+    return int(jnp.shape(jax.tree.leaves(updates)[0])[0])
+
+
+def _check_byzantine(name: str, n: int, f: Any, need: str) -> int:
+    if isinstance(f, bool) or not isinstance(f, numbers.Integral) or f < 0:
+        raise ValueError(f"num_byzantine must be an integer >= 0, got {f!r}")
+    f = int(f)
+    ok = {"n > 2f": n > 2 * f, "n > 2f + 2": n > 2 * f + 2}[need]
+    if not ok:
+        raise ValueError(
+            f"{name} tolerates fewer Byzantine workers: it needs {need}, got n={n} workers "
+            f"and num_byzantine={f} (a Byzantine fraction of {f / n:.2f})"
+        )
+    return f
+
+
+def mean(updates: Any) -> Any:
+    M, unravel = stack(updates)
+    return unravel(jnp.mean(M, axis=0))
+
+
+def coordinate_median(updates: Any) -> Any:
+    M, unravel = stack(updates)
+    return unravel(jnp.median(M, axis=0))
+
+
+def trimmed_mean(updates: Any, num_byzantine: int) -> Any:
+    M, unravel = stack(updates)
+    n = M.shape[0]
+    f = _check_byzantine("trimmed_mean", n, num_byzantine, "n > 2f")
+    ordered = jnp.sort(M, axis=0)
+    return unravel(jnp.mean(ordered[f : n - f], axis=0))
+
+
+def _krum_scores(M: jax.Array, f: int) -> jax.Array:
+    n = M.shape[0]
+    squared = jnp.sum(M * M, axis=1)
+    distance = jnp.maximum(squared[:, None] + squared[None, :] - 2.0 * M @ M.T, 0.0)
+    distance = jnp.where(jnp.eye(n, dtype=bool), jnp.inf, distance)  # not its own neighbour
+    nearest = jnp.sort(distance, axis=1)[:, : n - f - 2]
+    return jnp.sum(nearest, axis=1)
+
+
+def multi_krum(updates: Any, num_byzantine: int, m: int | None = None) -> Any:
+    """The mean of the ``m`` updates of best Krum score (``m = n - f`` by default)."""
+    M, unravel = stack(updates)
+    n = M.shape[0]
+    f = _check_byzantine("krum", n, num_byzantine, "n > 2f + 2")
+    m = n - f if m is None else m
+    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or not 1 <= m <= n:
+        raise ValueError(f"m must be an integer in [1, {n}], got {m!r}")
+    _, chosen = jax.lax.top_k(-_krum_scores(M, f), int(m))
+    return unravel(jnp.mean(M[chosen], axis=0))
+
+
+def krum(updates: Any, num_byzantine: int) -> Any:
+    return multi_krum(updates, num_byzantine, m=1)
+
+
+def geometric_median(updates: Any, iterations: int = 100, eps: float = 1e-8) -> Any:
+    """Weiszfeld's iteration from the coordinate median, ``iterations`` steps."""
+    M, unravel = stack(updates)
+
+    def step(z, _):
+        distance = jnp.maximum(jnp.linalg.norm(M - z[None, :], axis=1), eps)
+        weight = 1.0 / distance
+        return weight @ M / jnp.sum(weight), None
+
+    z, _ = jax.lax.scan(step, jnp.median(M, axis=0), None, length=int(iterations))
+    return unravel(z)
+
+
+def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterations: int = 1):
+    """``iterations`` clipping steps from ``center`` (the previous aggregate; zeros when
+    ``None``)."""
+    M, unravel = stack(updates)
+    v = jnp.zeros(M.shape[1], M.dtype) if center is None else ravel_pytree(center)[0]
+    if v.shape != (M.shape[1],):
+        raise ValueError(f"center must have the shape of one update ({M.shape[1]} entries)")
+
+    def step(v, _):
+        diff = M - v[None, :]
+        norm = jnp.linalg.norm(diff, axis=1, keepdims=True)
+        scale = jnp.minimum(1.0, tau / jnp.maximum(norm, 1e-30))
+        return v + jnp.mean(diff * scale, axis=0), None
+
+    v, _ = jax.lax.scan(step, v, None, length=int(iterations))
+    return unravel(v)
+
+
+def sign_majority(updates: Any) -> Any:
+    M, unravel = stack(updates)
+    return unravel(jnp.sign(jnp.sum(jnp.sign(M), axis=0)))
+
+
+def make_aggregator(
+    name: str, *, num_workers: int, num_byzantine: int = 0, **options
+) -> Callable[..., Any]:
+    """The rule ``name`` of :data:`AGGREGATORS` as ``aggregate(updates) -> update``, with
+    its options bound and the Byzantine count checked now against :data:`TOLERANCE` (the
+    mean is the non-robust baseline and accepts any count). ``centered_clipping``'s
+    function also takes ``center``."""
+    if name not in AGGREGATORS:
+        raise ValueError(f"aggregator must be one of {AGGREGATORS}, got {name!r}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral):
+        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+    n = int(num_workers)
+    need = TOLERANCE[name]
+    if need is None:  # the mean: no tolerance to check, the count must still make sense
+        if isinstance(num_byzantine, bool) or not isinstance(num_byzantine, numbers.Integral):
+            raise ValueError(f"num_byzantine must be an integer >= 0, got {num_byzantine!r}")
+        if not 0 <= num_byzantine <= n:
+            raise ValueError(f"num_byzantine must lie in [0, {n}], got {num_byzantine}")
+    else:
+        _check_byzantine(name, n, num_byzantine, need)
+    rules = {
+        "mean": mean,
+        "coordinate_median": coordinate_median,
+        "trimmed_mean": lambda u: trimmed_mean(u, num_byzantine),
+        "krum": lambda u: krum(u, num_byzantine),
+        "multi_krum": lambda u: multi_krum(u, num_byzantine, options.get("m")),
+        "geometric_median": lambda u: geometric_median(u, **options),
+        "centered_clipping": lambda u, center=None: centered_clipping(u, center, **options),
+        "sign_majority": sign_majority,
+    }
+    return rules[name]

@@ -1,0 +1,267 @@
+"""FAR-SIGN: Byzantine-robust learning from one-bit signed directional projections.
+
+FAR-SIGN (arXiv 2605.09337) has the server move the parameters along directions it
+designs, from workers' one-bit signs, and removes the bias of the signs with two
+timescales; first- and zeroth-order workers; fully asynchronous. Only the abstract is
+public. **The direction design and the update rules below are a reconstruction** (the
+design notes, ``notes/zo_boost.md`` section 3); they live in this module only.
+
+Reconstruction
+--------------
+Directions. Message ``id`` carries ``K`` orthonormal directions ``u_1..u_K`` of
+``R^P`` (``P``: the parameter count padded to a power of two): rows of the randomised
+Hadamard rotation ``H diag(sigma) / sqrt(P)``, the signs ``sigma`` and the ``K`` rows
+drawn from ``fold_in(key, id)``. Anyone holding the key regenerates them from the id, so a
+message is the id and ``K`` bits. In a random rotation every projection of a gradient is
+close to Gaussian, so no coordinate lets an attacker hide a large push, and the ``K``
+bits of one message are never redundant.
+
+Fast timescale (the bias correction). The server keeps ``y``, an estimate of the gradient,
+and sends the residual projections ``r_k = <y, u_k>`` with the directions. A worker answers
+
+.. math::
+  s_k = \\operatorname{sign}(\\langle g, u_k\\rangle - r_k) \\quad\\text{(first order)},
+  \\qquad
+  s_k = \\operatorname{sign}\\Big(\\frac{f(x + \\delta u_k) - f(x - \\delta u_k)}{2\\delta}
+  - r_k\\Big) \\quad\\text{(zeroth order)},
+
+at its (possibly stale) parameters, and on arrival the server moves ``y <- y + beta_t
+sum_k s_k u_k``: a stochastic subgradient step on ``E |<g - y, u>|``, whose minimiser has
+``<y, u>`` = the median of ``<g, u>`` over workers and noise along every direction. For
+noise symmetric about the gradient that is ``<grad f, u>``, so the signs' bias is gone; a
+Byzantine fraction ``b < 1/2`` can only shift the median to the ``(1 - 2b) / (2 - 2b)``
+quantile of the honest projections, and one message moves ``y`` by at most
+``beta_t sqrt(K)``.
+
+Slow timescale. ``x <- x - alpha_t y`` after every message, with ``alpha_t / beta_t -> 0``
+(defaults: ``beta_t = beta / (1 + t / t0)^0.55``, ``alpha_t = alpha / (1 + t / t0)^0.75``;
+``sum alpha = sum beta = inf``, ``sum beta^2 < inf``), so ``y`` sees a quasi-static ``x``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.flatten_util import ravel_pytree
+
+from jaxopt_suite._checks import check_key
+from jaxopt_suite.robust.aggregators import stack
+
+Schedule = Callable[[jax.Array], jax.Array]
+
+
+def padded_dim(dim: int) -> int:
+    """The smallest power of two ``>= dim``."""
+    return 1 << max(0, int(dim) - 1).bit_length()
+
+
+def hadamard(x: jax.Array) -> jax.Array:
+    """``H x`` along the last axis for the Sylvester Hadamard matrix ``H`` (entries +-1,
+    ``H H = P I``) in ``O(P log P)``; the last axis must have a power-of-two length."""
+    P = x.shape[-1]
+    if P & (P - 1):
+        raise ValueError(f"hadamard needs a power-of-two length, got {P}")
+    lead = x.shape[:-1]
+    h = 1
+    while h < P:
+        pairs = x.reshape(*lead, P // (2 * h), 2, h)
+        a, b = pairs[..., 0, :], pairs[..., 1, :]
+        x = jnp.stack([a + b, a - b], axis=-2).reshape(*lead, P)
+        h *= 2
+    return x
+
+
+class Directions(NamedTuple):
+    """The ``K`` orthonormal directions of one message: rows ``rows`` of
+    ``H diag(signs) / sqrt(P)``."""
+
+    signs: jax.Array  # (P,) +-1
+    rows: jax.Array  # (K,) int32, distinct
+
+
+def directions(key, message_id, dim: int, num_directions: int) -> Directions:
+    """The directions of message ``message_id`` (regenerated from ``key`` and the id)."""
+    P = padded_dim(dim)
+    if not 1 <= num_directions <= P:
+        raise ValueError(f"num_directions must lie in [1, {P}] for {dim} parameters")
+    k_signs, k_rows = jax.random.split(jax.random.fold_in(key, message_id))
+    signs = jax.random.rademacher(k_signs, (P,), jnp.float32)
+    if num_directions == P:
+        rows = jnp.arange(P, dtype=jnp.int32)
+    else:
+        rows = jax.random.permutation(k_rows, P)[:num_directions].astype(jnp.int32)
+    return Directions(signs, rows)
+
+
+def project(v: jax.Array, d: Directions) -> jax.Array:
+    """``<v, u_k>`` for the directions ``d`` (``v`` of length ``<= P``, zero-padded)."""
+    P = d.signs.shape[0]
+    v = jnp.pad(v, (0, P - v.shape[0]))
+    return hadamard(d.signs * v)[d.rows] / jnp.sqrt(jnp.float32(P))
+
+
+def lift(coefficients: jax.Array, d: Directions) -> jax.Array:
+    """``sum_k c_k u_k`` as a ``(P,)`` vector."""
+    P = d.signs.shape[0]
+    full = jnp.zeros(P, coefficients.dtype).at[d.rows].set(coefficients)
+    return d.signs * hadamard(full) / jnp.sqrt(jnp.float32(P))
+
+
+def signs_of(values: jax.Array) -> jax.Array:
+    """``+1`` where ``values >= 0``, else ``-1`` (int8: one bit each, no zero)."""
+    return jnp.where(values >= 0, 1, -1).astype(jnp.int8)
+
+
+def worker_bits(grad_flat: jax.Array, d: Directions, residual: jax.Array) -> jax.Array:
+    """A first-order worker's message: ``sign(<g, u_k> - r_k)`` for its gradient ``g``."""
+    return signs_of(project(grad_flat, d) - residual)
+
+
+def worker_bits_zo(
+    value_fn: Callable[[Any], jax.Array],
+    params: Any,
+    d: Directions,
+    residual: jax.Array,
+    smoothing: float,
+) -> jax.Array:
+    """A zeroth-order worker's message: ``sign((f(x + delta u_k) - f(x - delta u_k)) /
+    (2 delta) - r_k)``, ``2K`` evaluations of ``value_fn``."""
+    flat, unravel = ravel_pytree(params)
+    D = flat.shape[0]
+    eye = jnp.eye(d.rows.shape[0], dtype=jnp.float32)
+    basis = jax.vmap(lambda e: lift(e, d)[:D])(eye)  # (K, D): u_k restricted to R^D
+
+    def difference(u):
+        up = value_fn(unravel(flat + smoothing * u.astype(flat.dtype)))
+        down = value_fn(unravel(flat - smoothing * u.astype(flat.dtype)))
+        return (up - down) / (2.0 * smoothing)
+
+    return signs_of(jax.lax.map(difference, basis) - residual)
+
+
+def default_schedules(alpha: float, beta: float, t0: float = 1000.0) -> tuple[Schedule, Schedule]:
+    """``(alpha_t, beta_t)``: ``alpha / (1 + t / t0)^0.75`` and ``beta / (1 + t / t0)^0.55``
+    (see the module docstring)."""
+
+    def alpha_t(t):
+        return alpha / (1.0 + t / t0) ** 0.75
+
+    def beta_t(t):
+        return beta / (1.0 + t / t0) ** 0.55
+
+    return alpha_t, beta_t
+
+
+class ServerState(NamedTuple):
+    """The server's state: the tracker ``y (P,)`` and the count ``t`` of messages applied."""
+
+    tracker: jax.Array
+    count: jax.Array  # () int32
+
+
+def server_init(params: Any) -> ServerState:
+    flat, _ = ravel_pytree(params)
+    return ServerState(jnp.zeros(padded_dim(flat.shape[0]), jnp.float32), jnp.zeros((), jnp.int32))
+
+
+def residual(state: ServerState, d: Directions) -> jax.Array:
+    """``r_k = <y, u_k>``: sent with the directions."""
+    return project(state.tracker, d)
+
+
+def track(state: ServerState, d: Directions, bits: jax.Array, beta: jax.Array) -> ServerState:
+    """The fast step on arrival of ``bits`` for directions ``d``: ``y += beta sum_k s_k u_k``."""
+    tracker = state.tracker + beta * lift(bits.astype(jnp.float32), d)
+    return ServerState(tracker, state.count + 1)
+
+
+def server_step(
+    params: Any, state: ServerState, d: Directions, bits: jax.Array, alpha, beta
+) -> tuple[Any, ServerState]:
+    """One arrival: the fast step, then the slow one ``x <- x - alpha y``."""
+    state = track(state, d, bits, beta)
+    flat, unravel = ravel_pytree(params)
+    flat = flat - alpha * state.tracker[: flat.shape[0]].astype(flat.dtype)
+    return unravel(flat), state
+
+
+class FarSignState(NamedTuple):
+    """State of :func:`scale_by_far_sign`: the server's and the directions' key."""
+
+    server: ServerState
+    key: jax.Array
+
+
+def _check_int(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def scale_by_far_sign(
+    key, num_directions: int, beta: float | Schedule = 0.01
+) -> optax.GradientTransformation:
+    """FAR-SIGN for the synchronous case, as an optax transform.
+
+    ``update(updates, state, params)``: ``updates`` holds the workers' gradients stacked on
+    a leading axis (``n`` workers; one worker's gradient without the axis is accepted as
+    ``n = 1``). Each worker's message is its ``num_directions`` bits on fresh directions,
+    applied to the tracker one after another (the fast step with ``beta``, a number or a
+    schedule of the message count); the returned update is the tracker ``y``, so
+
+    ``optax.chain(scale_by_far_sign(key, K), optax.sgd(alpha))``
+
+    is the slow step ``x <- x - alpha y`` once per round.
+    """
+    check_key(key)
+    K = _check_int("num_directions", num_directions)
+    beta_t = beta if callable(beta) else (lambda t: jnp.asarray(beta, jnp.float32))
+
+    def init(params):
+        flat, _ = ravel_pytree(params)
+        if K > padded_dim(flat.shape[0]):
+            raise ValueError(
+                f"num_directions must be <= {padded_dim(flat.shape[0])} for "
+                f"{flat.shape[0]} parameters, got {K}"
+            )
+        return FarSignState(server_init(params), key)
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("scale_by_far_sign needs params (update(updates, state, params))")
+        check_stacked(updates, params)
+        G, unravel = stack(updates)
+
+        def message(server, g):
+            d = directions(state.key, server.count, G.shape[1], K)
+            bits = worker_bits(g, d, residual(server, d))
+            return track(server, d, bits, beta_t(server.count)), None
+
+        server, _ = jax.lax.scan(message, state.server, G)
+        return unravel(server.tracker[: G.shape[1]]), FarSignState(server, state.key)
+
+    return optax.GradientTransformation(init, update)
+
+
+def check_stacked(updates: Any, params: Any) -> None:
+    """Raises unless ``updates`` is ``params``' pytree with one leading worker axis."""
+    u_leaves, u_def = jax.tree.flatten(updates)
+    p_leaves, p_def = jax.tree.flatten(params)
+    if u_def != p_def:
+        raise ValueError(f"updates and params must be the same pytree, got {u_def} and {p_def}")
+    n = {jnp.shape(u)[0] if jnp.ndim(u) else None for u in u_leaves}
+    bad = [
+        (jnp.shape(u), jnp.shape(p))
+        for u, p in zip(u_leaves, p_leaves, strict=True)
+        if jnp.shape(u)[1:] != jnp.shape(p) or jnp.ndim(u) != jnp.ndim(p) + 1
+    ]
+    if bad or len(n) != 1:
+        raise ValueError(
+            "updates must stack the workers' gradients on a leading axis: each leaf of shape "
+            f"(n, *param.shape) with one n for all; got (update, param) shapes {bad[:3]}"
+        )

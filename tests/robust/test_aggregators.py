@@ -1,0 +1,142 @@
+"""Robust aggregators against numpy references; attacks; tolerance errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from scipy.stats import norm
+
+from jaxopt_suite.robust import (
+    AGGREGATORS,
+    alie_z,
+    centered_clipping,
+    coordinate_median,
+    geometric_median,
+    krum,
+    make_aggregator,
+    make_attack,
+    mean,
+    multi_krum,
+    sign_majority,
+    trimmed_mean,
+)
+
+N, F = 11, 3
+
+
+def _updates(key, n=N):
+    a, b = jax.random.split(key)
+    return {"w": jax.random.normal(a, (n, 3, 2)), "b": jax.random.normal(b, (n, 4)) * 3.0}
+
+
+def _flat(tree):
+    """(n, D) numpy matrix in ravel_pytree's leaf order (dict keys sorted: b, w)."""
+    n = tree["w"].shape[0]
+    return np.concatenate(
+        [np.asarray(tree["b"]).reshape(n, -1), np.asarray(tree["w"]).reshape(n, -1)], 1
+    )
+
+
+def _vec(tree):
+    return np.concatenate([np.asarray(tree["b"]).ravel(), np.asarray(tree["w"]).ravel()])
+
+
+def _krum_reference(M, f, m):
+    n = len(M)
+    scores = []
+    for i in range(n):
+        d = sorted(float(np.sum((M[i] - M[j]) ** 2)) for j in range(n) if j != i)
+        scores.append(sum(d[: n - f - 2]))
+    best = np.argsort(scores, kind="stable")[:m]
+    return M[best].mean(axis=0)
+
+
+def test_simple_rules_match_numpy(key):
+    U = _updates(key)
+    M = _flat(U).astype(np.float64)
+    np.testing.assert_allclose(_vec(jax.jit(mean)(U)), M.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_vec(jax.jit(coordinate_median)(U)), np.median(M, 0), rtol=1e-6)
+    trimmed = np.sort(M, axis=0)[F : N - F].mean(0)
+    got = jax.jit(trimmed_mean, static_argnums=1)(U, F)
+    np.testing.assert_allclose(_vec(got), trimmed, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_vec(jax.jit(sign_majority)(U)), np.sign(np.sign(M).sum(0)))
+
+
+def test_krum_and_multi_krum_match_the_definition(key):
+    U = _updates(key)
+    M = _flat(U).astype(np.float64)
+    got = jax.jit(krum, static_argnums=1)(U, F)
+    np.testing.assert_allclose(_vec(got), _krum_reference(M, F, 1), rtol=1e-5)
+    got = jax.jit(multi_krum, static_argnums=(1, 2))(U, F, 5)
+    np.testing.assert_allclose(_vec(got), _krum_reference(M, F, 5), rtol=1e-5, atol=1e-6)
+
+
+def test_geometric_median_minimises_the_sum_of_distances(key):
+    U = _updates(key)
+    M = _flat(U).astype(np.float64)
+    z = _vec(jax.jit(geometric_median)(U))
+
+    def total(v):
+        return np.sum(np.linalg.norm(M - v, axis=1))
+
+    best = minimize(total, M.mean(0), method="BFGS", options={"gtol": 1e-10}).x
+    assert total(z) <= total(best) * (1 + 1e-5)
+    np.testing.assert_allclose(z, best, atol=1e-3)
+
+
+def test_centered_clipping_matches_numpy(key):
+    U = _updates(key)
+    M = _flat(U).astype(np.float64)
+    center = jax.tree.map(lambda leaf: leaf[0] * 0.5, U)
+    v = _vec(center).astype(np.float64)
+    for _ in range(3):
+        diff = M - v
+        scale = np.minimum(1.0, 2.0 / np.linalg.norm(diff, axis=1, keepdims=True))
+        v = v + (diff * scale).mean(0)
+    got = jax.jit(lambda u, c: centered_clipping(u, c, tau=2.0, iterations=3))(U, center)
+    np.testing.assert_allclose(_vec(got), v, rtol=1e-5, atol=1e-6)
+
+
+def test_robust_rules_ignore_a_wild_minority(key):
+    U = _updates(key)
+    honest = _flat(U)[: N - F]
+    wild = jax.tree.map(lambda leaf: leaf.at[N - F :].set(1e6), U)
+    for name in ("coordinate_median", "trimmed_mean", "krum", "multi_krum", "geometric_median"):
+        out = _vec(make_aggregator(name, num_workers=N, num_byzantine=F)(wild))
+        assert np.all(np.abs(out) <= np.abs(honest).max(0) + 1e-4), name
+    assert np.all(np.abs(_vec(mean(wild))) > 1e5)
+
+
+def test_tolerance_and_shape_errors(key):
+    with pytest.raises(ValueError, match="needs n > 2f \\+ 2, got n=8 workers and num_byzantine=3"):
+        make_aggregator("krum", num_workers=8, num_byzantine=3)
+    for name in ("coordinate_median", "trimmed_mean", "geometric_median", "sign_majority"):
+        with pytest.raises(ValueError, match="Byzantine fraction of 0.50"):
+            make_aggregator(name, num_workers=10, num_byzantine=5)
+    make_aggregator("mean", num_workers=10, num_byzantine=5)  # the baseline takes any count
+    with pytest.raises(ValueError, match="aggregator must be one of"):
+        make_aggregator("bulyan", num_workers=10)
+    with pytest.raises(ValueError, match="same leading"):
+        mean({"a": jnp.zeros((3, 2)), "b": jnp.zeros((4, 2))})
+    assert set(AGGREGATORS) >= {"krum", "sign_majority"}
+
+
+def test_attacks(key):
+    n, f = 20, 6
+    assert alie_z(n, f) == pytest.approx(norm.ppf((n - f - (n // 2 + 1 - f)) / (n - f)), rel=1e-5)
+    honest = jax.random.normal(key, (14, 5)) + 2.0
+    own = honest[0]
+    mu, sd = np.asarray(honest).mean(0), np.asarray(honest).std(0)
+    alie = make_attack("alie", num_workers=n, num_byzantine=f)
+    np.testing.assert_allclose(alie.craft(key, own, honest), mu - alie_z(n, f) * sd, rtol=1e-5)
+    flip = make_attack("sign_flip", num_workers=n, num_byzantine=f)
+    np.testing.assert_allclose(flip.craft(key, own, honest), -np.asarray(own))
+    ipm = make_attack("ipm", num_workers=n, num_byzantine=f, epsilon=0.5)
+    np.testing.assert_allclose(ipm.craft(key, own, honest), -0.5 * mu, rtol=1e-5)
+    noise = make_attack("gaussian", num_workers=n, num_byzantine=f).craft(key, own, honest)
+    assert 50 < float(jnp.std(noise)) < 400
+    assert make_attack("label_flip", num_workers=n, num_byzantine=f).flips_labels
+    assert make_attack("adaptive", num_workers=n, num_byzantine=f).opposes_bits
+    with pytest.raises(ValueError, match="num_byzantine must be < num_workers"):
+        make_attack("alie", num_workers=4, num_byzantine=4)

@@ -1,0 +1,124 @@
+"""FAR-SIGN: directions, messages, the tracker's fixed point, convergence under attack."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import scipy.linalg
+from scipy.stats import norm
+
+from jaxopt_suite.robust import far_sign as fs
+
+
+def test_hadamard_is_sylvesters_matrix(key):
+    x = jax.random.normal(key, (3, 16))
+    np.testing.assert_allclose(
+        fs.hadamard(x), np.asarray(x) @ scipy.linalg.hadamard(16).T, rtol=1e-5, atol=1e-5
+    )
+    with pytest.raises(ValueError, match="power-of-two"):
+        fs.hadamard(jnp.zeros(12))
+
+
+def test_directions_are_orthonormal_and_regenerated_from_the_id(key):
+    d = fs.directions(key, 7, 13, 5)  # 13 parameters, padded to 16
+    assert d.signs.shape == (16,) and d.rows.shape == (5,)
+    U = jax.vmap(lambda e: fs.lift(e, d))(jnp.eye(5))
+    np.testing.assert_allclose(U @ U.T, np.eye(5), atol=1e-6)
+    v = jax.random.normal(jax.random.key(1), (13,))
+    np.testing.assert_allclose(fs.project(v, d), U[:, :13] @ v, rtol=1e-5, atol=1e-6)
+    again = fs.directions(key, 7, 13, 5)
+    assert np.array_equal(again.rows, d.rows) and np.array_equal(again.signs, d.signs)
+    other = fs.directions(key, 8, 13, 5)
+    assert not np.array_equal(other.signs, d.signs)
+    bits = fs.worker_bits(v, d, jnp.zeros(5))
+    assert bits.dtype == jnp.int8 and set(np.unique(bits)) <= {-1, 1}
+
+
+def test_zeroth_order_bits_agree_with_first_order_on_a_quadratic(key):
+    A = jnp.diag(jnp.linspace(0.5, 2.0, 10))
+    params = {"x": jnp.linspace(-1.0, 1.0, 10)}
+
+    def value_fn(p):
+        return 0.5 * p["x"] @ A @ p["x"]
+
+    d = fs.directions(key, 0, 10, 16)
+    r = fs.project(jax.random.normal(jax.random.key(2), (10,)) * 0.1, d)
+    first = fs.worker_bits(A @ params["x"], d, r)
+    zeroth = jax.jit(fs.worker_bits_zo, static_argnums=0)(value_fn, params, d, r, 1e-2)
+    assert np.array_equal(first, zeroth)
+
+
+def _run_quadratic(key, attack, byzantine_fraction, sigma=0.05, messages=20_000, dim=16):
+    """Messages from n = 10 workers, round robin, on f(x) = ||x - x*||^2 / 2 with gradient
+    noise N(0, sigma^2 I); the Byzantine ones attack."""
+    n = 10
+    byzantine = int(round(byzantine_fraction * n))
+    target = jnp.linspace(-2.0, 2.0, dim)
+    alpha_t, beta_t = fs.default_schedules(alpha=0.02, beta=0.05, t0=2000.0)
+    K = 4
+
+    def step(carry, t):
+        x, server = carry
+        d = fs.directions(key, t, dim, K)
+        r = fs.residual(server, d)
+        worker = t % n
+        noise = sigma * jax.random.normal(jax.random.fold_in(jax.random.key(9), t), (dim,))
+        honest = fs.worker_bits(x - target + noise, d, r)
+        if attack == "adaptive":  # knows the directions and the true gradient
+            bad = -fs.worker_bits(x - target, d, r)
+        else:  # sign flip of its own gradient
+            bad = fs.worker_bits(-(x - target + noise), d, r)
+        bits = jnp.where(worker < byzantine, bad, honest)
+        x, server = fs.server_step(x, server, d, bits, alpha_t(t), beta_t(t))
+        return (x, server), None
+
+    x0 = jnp.zeros(dim)
+    (x, _), _ = jax.jit(lambda c: jax.lax.scan(step, c, jnp.arange(messages)))(
+        (x0, fs.server_init(x0))
+    )
+    return float(jnp.linalg.norm(x - target)), float(jnp.linalg.norm(x0 - target))
+
+
+def test_converges_on_a_strongly_convex_problem_without_adversaries(key):
+    error, start = _run_quadratic(key, "sign_flip", 0.0)
+    assert error < 0.01 * start
+
+
+@pytest.mark.parametrize("attack", ["sign_flip", "adaptive"])
+def test_converges_to_the_predicted_neighbourhood_with_30_percent_byzantine(key, attack):
+    # With a Byzantine fraction b, each direction's tracked value can be pushed to the
+    # (1 - 2b) / (2 - 2b) quantile of the honest projections: at most z sigma from the
+    # truth, z = -Phi^-1((1 - 2b) / (2 - 2b)) = 0.566 at b = 0.3. The fixed point of x
+    # then lies where ||grad|| <= z sigma sqrt(P) (P = 16 directions' worth of bias).
+    b, sigma, dim = 0.3, 0.05, 16
+    error, start = _run_quadratic(key, attack, b, sigma=sigma, dim=dim)
+    z = -norm.ppf((1 - 2 * b) / (2 - 2 * b))
+    assert error <= z * sigma * np.sqrt(dim)
+    assert error < 0.05 * start
+
+
+def test_optax_transform_learns_a_quadratic_with_flipped_workers(key):
+    n, dim = 8, 32
+    target = jnp.linspace(-1.0, 1.0, dim)
+    opt = optax.chain(fs.scale_by_far_sign(key, num_directions=8, beta=0.02), optax.sgd(0.05))
+    params = {"x": jnp.zeros(dim)}
+    state = opt.init(params)
+
+    @jax.jit
+    def round_(params, state, t):
+        noise = 0.05 * jax.random.normal(jax.random.fold_in(key, t), (n, dim))
+        grads = (params["x"] - target)[None, :] + noise
+        grads = grads.at[:2].multiply(-1.0)  # 2 of 8 flip their gradient
+        updates, state = opt.update({"x": grads}, state, params)
+        return optax.apply_updates(params, updates), state
+
+    for t in range(1500):
+        params, state = round_(params, state, t)
+    assert float(jnp.linalg.norm(params["x"] - target)) < 0.05 * float(jnp.linalg.norm(target))
+    with pytest.raises(ValueError, match="leading axis"):
+        opt.update({"x": jnp.zeros(dim)}, state, params)
+    with pytest.raises(ValueError, match="same pytree"):
+        opt.update({"y": jnp.zeros((n, dim))}, state, params)
+    with pytest.raises(ValueError, match="num_directions must be <= 32"):
+        fs.scale_by_far_sign(key, num_directions=64).init(params)
