@@ -350,10 +350,21 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
         else 100 * (rows[k]["aicn"]["test_accuracy"] - rows[k]["xgboost"]["test_accuracy"])
         for k in classification
     )
-    time_ratio = (
-        rows[synthetic]["aicn"]["seconds_per_round"]
-        / rows[synthetic]["xgboost"]["seconds_per_round"]
+    # the time target is stated at 100k x 20: both fits timed on all rows of the set
+    full = tuple(
+        np.concatenate(part) for part in zip(data[synthetic][:2], data[synthetic][2:], strict=True)
     )
+    with progress.stage(f"boosting: time per round on all of {synthetic}", 2) as advance:
+        timing = {"aicn": _ours((*full, *data[synthetic][2:]), METHODS["aicn"], rounds)}
+        advance()
+        timing["xgboost"] = _xgboost((*full, *data[synthetic][2:]), rounds)
+        advance()
+    timing = {
+        m: {"rows": int(full[0].shape[0]), "seconds_per_round": row["seconds_per_round"]}
+        for m, row in timing.items()
+    }
+    results["timing_all_rows"] = timing
+    time_ratio = timing["aicn"]["seconds_per_round"] / timing["xgboost"]["seconds_per_round"]
     summary = []
     for k, row in rows.items():
         for m in (*METHODS, "lightgbm"):
@@ -420,7 +431,8 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
             note,
         ),
         Target.evaluate(
-            f"time per round, JAX trees (aicn) / XGBoost hist, {synthetic}",
+            f"time per round, JAX trees (aicn) / XGBoost hist, all {full[0].shape[0]} rows "
+            f"x {full[0].shape[1]} of {synthetic}",
             time_ratio,
             3.0,
             "<=",
