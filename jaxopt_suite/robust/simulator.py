@@ -1,0 +1,445 @@
+"""A parameter-server cluster, simulated: asynchronous event loops and synchronous rounds,
+each one jit-compiled ``lax.scan``.
+
+Workers ``0 .. f-1`` are Byzantine; of the honest ones the last ``stragglers`` compute
+``straggler_factor`` times slower. Worker ``i`` holds a data shard ``(x[i], y[i])`` and,
+per message, draws a minibatch of it. A message takes a compute time (``fixed``: exactly
+the worker's mean; ``exponential``; ``lognormal`` with mean 1 times the worker's mean) plus
+an upload time ``bits x seconds_per_bit``.
+
+Asynchronous (:func:`run_async`): every worker starts at time 0 on the initial parameters;
+the next event is the worker whose message finishes first; the server applies the message
+(computed on the parameters the worker started from: staleness = server updates since
+then), and the worker starts its next message on the current parameters. Two protocols:
+``far_sign`` (one-bit residual signs, :mod:`.far_sign`; the directions and residuals are
+fixed when a worker starts) and ``sgd`` (asynchronous SGD: full gradients, ``32 D`` bits).
+
+Synchronous (:func:`run_sync`): every round all workers compute a gradient on the current
+parameters; the round lasts as long as its slowest worker; an aggregator of
+:mod:`.aggregators` combines the messages and the server takes ``x <- x - lr * update``.
+When several devices are present the workers' shards and per-round gradients are laid
+out over them (``jax.sharding``), one block of workers per device.
+
+Byzantine workers compute their honest message first (on flipped labels for
+``label_flip``), then the attack of :mod:`.attacks` replaces it, with ``honest_samples``
+honest gradients at the same parameters for the omniscient attacks; on FAR-SIGN a crafted
+vector ``a`` becomes the bits ``sign(<a, u_k> - r_k)``, and the direction-aware attack
+sends the negation of the honest mean's bits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from jaxopt_suite._checks import check_key
+from jaxopt_suite.robust import far_sign as fs
+from jaxopt_suite.robust.aggregators import make_aggregator
+from jaxopt_suite.robust.attacks import Attack, make_attack
+
+DELAYS = ("fixed", "exponential", "lognormal")
+PROTOCOLS = ("far_sign", "far_sign_zo", "sgd")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """The simulated cluster (see the module docstring)."""
+
+    num_workers: int = 20
+    num_byzantine: int = 0
+    delay: str = "exponential"
+    mean_compute: float = 1.0
+    lognormal_sigma: float = 0.5
+    stragglers: int = 2
+    straggler_factor: float = 5.0
+    seconds_per_bit: float = 0.0
+    batch_size: int = 32
+    honest_samples: int = 4
+
+    def checked(self) -> Cluster:
+        for name in ("num_workers", "batch_size", "honest_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("num_byzantine", "stragglers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.num_byzantine >= self.num_workers:
+            raise ValueError(
+                f"num_byzantine must be < num_workers, got {self.num_byzantine} of "
+                f"{self.num_workers}"
+            )
+        if self.num_byzantine + self.stragglers > self.num_workers:
+            raise ValueError("stragglers are honest workers: num_byzantine + stragglers > n")
+        if self.delay not in DELAYS:
+            raise ValueError(f"delay must be one of {DELAYS}, got {self.delay!r}")
+        for name in ("mean_compute", "straggler_factor", "lognormal_sigma"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not float(self.seconds_per_bit) >= 0:
+            raise ValueError(f"seconds_per_bit must be >= 0, got {self.seconds_per_bit!r}")
+        return self
+
+    def mean_times(self) -> np.ndarray:
+        """Each worker's mean compute time."""
+        means = np.full(self.num_workers, float(self.mean_compute))
+        if self.stragglers:
+            means[self.num_workers - self.stragglers :] *= float(self.straggler_factor)
+        return means
+
+
+def _compute_time(cluster: Cluster, means: jax.Array, worker, key) -> jax.Array:
+    mean = means[worker]
+    if cluster.delay == "fixed":
+        return mean
+    if cluster.delay == "exponential":
+        return mean * jax.random.exponential(key)
+    s = cluster.lognormal_sigma
+    return mean * jnp.exp(s * jax.random.normal(key) - 0.5 * s * s)
+
+
+class Trace(NamedTuple):
+    """Per event (async) or per round (sync): the simulated clock after it, the worker
+    (-1 for a round), its staleness, and the compute time drawn; ``params``: the flat
+    parameters after every ``record_every``-th event, ``(checkpoints, D)``, with their
+    clock and event count in ``checkpoint_time`` and ``checkpoint_step``."""
+
+    time: jax.Array
+    worker: jax.Array
+    staleness: jax.Array
+    compute_time: jax.Array
+    params: jax.Array
+    checkpoint_time: jax.Array
+    checkpoint_step: jax.Array
+    bits_per_message: int
+
+
+def _check_data(cluster, x, y):
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    n = cluster.num_workers
+    if x.ndim < 2 or x.shape[0] != n or y.shape[:2] != x.shape[:2]:
+        raise ValueError(
+            f"worker data must be x (n={n}, m, ...) and y (n={n}, m), got {x.shape} and {y.shape}"
+        )
+    return x, y
+
+
+def _batch(cluster, x, y, worker, key, flip, num_classes):
+    idx = jax.random.randint(key, (cluster.batch_size,), 0, x.shape[1])
+    labels = y[worker][idx]
+    if num_classes is not None:
+        labels = jnp.where(flip, num_classes - 1 - labels, labels)
+    return x[worker][idx], labels
+
+
+def run_async(
+    loss_fn: Callable[[Any, tuple], jax.Array],
+    params: Any,
+    data: tuple[Any, Any],
+    cluster: Cluster,
+    *,
+    protocol: str = "far_sign",
+    attack: str | Attack = "none",
+    events: int,
+    key,
+    record_every: int = 100,
+    num_directions: int = 64,
+    alpha: float | Callable = 0.05,
+    beta: float | Callable = 0.01,
+    learning_rate: float | Callable = 0.05,
+    smoothing: float = 1e-3,
+    num_classes: int | None = None,
+) -> Trace:
+    """Simulates ``events`` message arrivals of ``protocol`` (see the module docstring).
+
+    ``loss_fn(params, (x_batch, y_batch))`` is a worker's loss; ``data = (x, y)`` the
+    shards with a leading worker axis. ``far_sign``: ``num_directions`` bits per message,
+    step sizes ``alpha`` (slow) and ``beta`` (fast), numbers or schedules of the server's
+    update count; ``far_sign_zo`` adds ``smoothing``; ``sgd``: ``learning_rate``.
+    ``num_classes`` is needed by the label-flip attack."""
+    check_key(key)
+    cluster = cluster.checked()
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    attack = _attack(attack, cluster, num_classes)
+    if attack.opposes_bits and protocol == "sgd":
+        raise ValueError("the direction-aware attack applies to FAR-SIGN messages only")
+    for name, value in (("events", events), ("record_every", record_every)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if events % record_every:
+        raise ValueError(f"events ({events}) must be a multiple of record_every ({record_every})")
+    x, y = _check_data(cluster, *data)
+    flat0, unravel = ravel_pytree(params)
+    D = flat0.shape[0]
+    K = int(num_directions)
+    if protocol != "sgd" and not 1 <= K <= fs.padded_dim(D):
+        raise ValueError(f"num_directions must lie in [1, {fs.padded_dim(D)}], got {K!r}")
+    bits = 32 * D if protocol == "sgd" else K
+    schedule = {
+        name: (value if callable(value) else (lambda t, v=float(value): jnp.float32(v)))
+        for name, value in (("alpha", alpha), ("beta", beta), ("lr", learning_rate))
+    }
+    fn = _run_async_jit(
+        loss_fn, unravel, cluster, protocol, attack, events, record_every, K, bits,
+        schedule["alpha"], schedule["beta"], schedule["lr"], float(smoothing), num_classes,
+    )  # fmt: skip
+    out = fn(flat0, x, y, key)
+    return Trace(*out, bits_per_message=bits)
+
+
+def _attack(attack, cluster, num_classes) -> Attack:
+    if isinstance(attack, str):
+        attack = make_attack(
+            attack, num_workers=cluster.num_workers, num_byzantine=cluster.num_byzantine
+        )
+    if not isinstance(attack, Attack):
+        raise TypeError(f"attack must be a name or an Attack, got {type(attack).__name__}")
+    if attack.flips_labels and num_classes is None:
+        raise ValueError("the label-flip attack needs num_classes")
+    return attack
+
+
+class _Workers(NamedTuple):
+    snapshot: jax.Array  # (n, D) parameters each worker started from
+    message_id: jax.Array  # (n,) directions of its message
+    residual: jax.Array  # (n, K) server projections sent with them
+    started: jax.Array  # (n,) server update count when it started
+    finish: jax.Array  # (n,) when its message arrives
+    drawn: jax.Array  # (n,) compute time drawn for it
+
+
+def _run_async_jit(
+    loss_fn, unravel, cluster, protocol, attack, events, record_every, K, bits,
+    alpha_t, beta_t, lr_t, smoothing, num_classes,
+):  # fmt: skip
+    n, f = cluster.num_workers, cluster.num_byzantine
+    means = jnp.asarray(cluster.mean_times(), jnp.float32)
+    upload = jnp.float32(bits * float(cluster.seconds_per_bit))
+    is_far_sign = protocol != "sgd"
+
+    def loss_flat(flat, batch):
+        return loss_fn(unravel(flat), batch)
+
+    grad_flat = jax.grad(loss_flat)
+
+    def honest_stats(flat, x, y, key):
+        """``honest_samples`` gradients of random honest workers at ``flat``."""
+        keys = jax.random.split(key, cluster.honest_samples)
+
+        def one(k):
+            k_worker, k_batch = jax.random.split(k)
+            worker = jax.random.randint(k_worker, (), f, n)
+            return grad_flat(flat, _batch(cluster, x, y, worker, k_batch, False, num_classes))
+
+        return jax.vmap(one)(keys)
+
+    @jax.jit
+    def run(flat0, x, y, key):
+        D = flat0.shape[0]
+        k_dirs, k_init, k_loop = jax.random.split(key, 3)
+        server = fs.server_init(unravel(flat0))
+
+        def assign(server, worker_ids, ids):
+            if not is_far_sign:
+                return jnp.zeros((worker_ids.shape[0], K), jnp.float32)
+            return jax.vmap(lambda i: fs.residual(server, fs.directions(k_dirs, i, D, K)))(ids)
+
+        draws = jax.vmap(lambda i, k: _compute_time(cluster, means, i, k))(
+            jnp.arange(n), jax.random.split(k_init, n)
+        )
+        ids = jnp.arange(n, dtype=jnp.int32)
+        workers = _Workers(
+            snapshot=jnp.broadcast_to(flat0, (n, D)),
+            message_id=ids,
+            residual=assign(server, ids, ids),
+            started=jnp.zeros(n, jnp.int32),
+            finish=draws + upload,
+            drawn=draws,
+        )
+
+        def event(carry, event_key):
+            flat, server, workers, version = carry
+            i = jnp.argmin(workers.finish)
+            clock = workers.finish[i]
+            k_batch, k_attack, k_stats, k_delay = jax.random.split(event_key, 4)
+            byzantine = i < f
+            stale = workers.snapshot[i]
+            batch = _batch(cluster, x, y, i, k_batch, byzantine & attack.flips_labels, num_classes)
+            if is_far_sign:
+                d = fs.directions(k_dirs, workers.message_id[i], D, K)
+                r = workers.residual[i]
+                if protocol == "far_sign":
+                    honest = fs.worker_bits(grad_flat(stale, batch), d, r)
+                else:
+                    honest = fs.worker_bits_zo(
+                        lambda p: loss_fn(p, batch), unravel(stale), d, r, smoothing
+                    )
+
+                def byzantine_bits(_):
+                    stats = honest_stats(stale, x, y, k_stats)
+                    if attack.opposes_bits:
+                        return -fs.worker_bits(jnp.mean(stats, axis=0), d, r)
+                    own = grad_flat(stale, batch)
+                    return fs.worker_bits(attack.craft(k_attack, own, stats), d, r)
+
+                if f and attack.name not in ("none", "label_flip"):
+                    message = jax.lax.cond(byzantine, byzantine_bits, lambda _: honest, None)
+                else:
+                    message = honest
+                flat, server = fs.server_step(
+                    flat, server, d, message, alpha_t(version), beta_t(version)
+                )
+            else:
+                g = grad_flat(stale, batch)
+
+                def byzantine_vector(_):
+                    stats = honest_stats(stale, x, y, k_stats)
+                    return attack.craft(k_attack, g, stats)
+
+                if f and attack.name not in ("none", "label_flip"):
+                    g = jax.lax.cond(byzantine, byzantine_vector, lambda _: g, None)
+                flat = flat - lr_t(version) * g
+            staleness = version - workers.started[i]
+            drawn = workers.drawn[i]
+            version = version + 1
+            # the worker starts its next message on the current parameters
+            next_id = (n + version - 1).astype(jnp.int32)
+            draw = _compute_time(cluster, means, i, k_delay)
+            workers = _Workers(
+                snapshot=workers.snapshot.at[i].set(flat),
+                message_id=workers.message_id.at[i].set(next_id),
+                residual=workers.residual.at[i].set(
+                    assign(server, next_id[None], next_id[None])[0]
+                ),
+                started=workers.started.at[i].set(version),
+                finish=workers.finish.at[i].set(clock + draw + upload),
+                drawn=workers.drawn.at[i].set(draw),
+            )
+            record = (clock, i.astype(jnp.int32), staleness, drawn)
+            return (flat, server, workers, version), record
+
+        def chunk(carry, chunk_key):
+            carry, records = jax.lax.scan(event, carry, jax.random.split(chunk_key, record_every))
+            return carry, (records, carry[0], records[0][-1], carry[3])
+
+        init = (flat0, server, workers, jnp.zeros((), jnp.int32))
+        _, (records, params, times, steps) = jax.lax.scan(
+            chunk, init, jax.random.split(k_loop, events // record_every)
+        )
+        time, worker, staleness, drawn = (r.reshape(-1) for r in records)
+        return time, worker, staleness, drawn, params, times, steps
+
+    return run
+
+
+def worker_sharding(num_workers: int):
+    """A sharding of the leading (worker) axis over the local devices, or ``None`` with
+    one device or when they do not divide the workers evenly."""
+    devices = jax.devices()
+    if len(devices) < 2 or num_workers % len(devices):
+        return None
+    mesh = jax.sharding.Mesh(np.array(devices), ("workers",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("workers"))
+
+
+def run_sync(
+    loss_fn: Callable[[Any, tuple], jax.Array],
+    params: Any,
+    data: tuple[Any, Any],
+    cluster: Cluster,
+    *,
+    aggregator: str,
+    attack: str | Attack = "none",
+    rounds: int,
+    key,
+    record_every: int = 10,
+    learning_rate: float | Callable = 0.05,
+    num_classes: int | None = None,
+    **aggregator_options,
+) -> Trace:
+    """Simulates ``rounds`` synchronous rounds with ``aggregator`` (a name of
+    :data:`aggregators.AGGREGATORS`; its options as keywords; ``centered_clipping`` is
+    centred on the previous round's aggregate). Staleness is 0 and ``worker`` is -1."""
+    check_key(key)
+    cluster = cluster.checked()
+    attack = _attack(attack, cluster, num_classes)
+    if attack.opposes_bits:
+        raise ValueError("the direction-aware attack applies to FAR-SIGN messages only")
+    for name, value in (("rounds", rounds), ("record_every", record_every)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if rounds % record_every:
+        raise ValueError(f"rounds ({rounds}) must be a multiple of record_every ({record_every})")
+    n, f = cluster.num_workers, cluster.num_byzantine
+    aggregate = make_aggregator(aggregator, num_workers=n, num_byzantine=f, **aggregator_options)
+    x, y = _check_data(cluster, *data)
+    sharding = worker_sharding(n)
+    if sharding is not None:
+        x, y = jax.device_put(x, sharding), jax.device_put(y, sharding)
+    flat0, unravel = ravel_pytree(params)
+    D = flat0.shape[0]
+    bits = 32 * D
+    lr_t = learning_rate if callable(learning_rate) else (lambda t: jnp.float32(learning_rate))
+    means = jnp.asarray(cluster.mean_times(), jnp.float32)
+    upload = jnp.float32(bits * float(cluster.seconds_per_bit))
+    centred = aggregator == "centered_clipping"
+
+    def loss_flat(flat, batch):
+        return loss_fn(unravel(flat), batch)
+
+    grad_flat = jax.grad(loss_flat)
+    byzantine = jnp.arange(n) < f
+
+    @jax.jit
+    def run(flat0, x, y, key):
+        def round_(carry, round_key):
+            flat, center, clock, t = carry
+            k_batch, k_attack, k_delay = jax.random.split(round_key, 3)
+            workers = jnp.arange(n)
+            flips = byzantine & attack.flips_labels
+
+            def gradient(i, k, flip):
+                return grad_flat(flat, _batch(cluster, x, y, i, k, flip, num_classes))
+
+            G = jax.vmap(gradient)(workers, jax.random.split(k_batch, n), flips)
+            if sharding is not None:
+                G = jax.lax.with_sharding_constraint(G, sharding)
+            if f and attack.name not in ("none", "label_flip"):
+                honest = G[f:]
+                crafted = jax.vmap(lambda k, own: attack.craft(k, own, honest))(
+                    jax.random.split(k_attack, f), G[:f]
+                )
+                G = G.at[:f].set(crafted)
+            if centred:
+                update = aggregate(G, center)
+            else:
+                update = aggregate(G)
+            flat = flat - lr_t(t) * update
+            draws = jax.vmap(lambda i, k: _compute_time(cluster, means, i, k))(
+                workers, jax.random.split(k_delay, n)
+            )
+            clock = clock + jnp.max(draws) + upload
+            record = (clock, jnp.int32(-1), jnp.int32(0), jnp.max(draws))
+            return (flat, update, clock, t + 1), record
+
+        def chunk(carry, chunk_key):
+            carry, records = jax.lax.scan(round_, carry, jax.random.split(chunk_key, record_every))
+            return carry, (records, carry[0], carry[2], carry[3])
+
+        init = (flat0, jnp.zeros_like(flat0), jnp.float32(0.0), jnp.zeros((), jnp.int32))
+        _, (records, params, times, steps) = jax.lax.scan(
+            chunk, init, jax.random.split(key, rounds // record_every)
+        )
+        time, worker, staleness, drawn = (r.reshape(-1) for r in records)
+        return time, worker, staleness, drawn, params, times, steps
+
+    return Trace(*run(flat0, x, y, key), bits_per_message=bits)

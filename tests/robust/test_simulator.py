@@ -1,0 +1,300 @@
+"""The parameter-server simulator: event order, staleness and delays as the model says;
+learning with and without Byzantine workers; determinism; sharded workers; bad input."""
+
+import dataclasses
+import heapq
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxopt_suite.robust import far_sign as fs
+from jaxopt_suite.robust.simulator import Cluster, run_async, run_sync
+
+DIM = 8
+
+
+def _regression(n, m=256, noise=0.1, seed=0):
+    rng = np.random.default_rng(seed)
+    w = np.linspace(-1.0, 1.0, DIM).astype(np.float32)
+    x = rng.normal(size=(n, m, DIM)).astype(np.float32)
+    y = (x @ w + noise * rng.normal(size=(n, m))).astype(np.float32)
+    return (x, y), w
+
+
+def _loss(params, batch):
+    xb, yb = batch
+    return 0.5 * jnp.mean((xb @ params["w"] - yb) ** 2)
+
+
+PARAMS = {"w": jnp.zeros(DIM)}
+
+
+def _python_events(means, upload, events):
+    """The fixed-delay model by hand: a heap of (finish, worker), ties to the lower index."""
+    heap = [(m + upload, i) for i, m in enumerate(means)]
+    heapq.heapify(heap)
+    started = [0] * len(means)
+    out, version = [], 0
+    for _ in range(events):
+        clock, i = heapq.heappop(heap)
+        out.append((clock, i, version - started[i]))
+        version += 1
+        started[i] = version
+        heapq.heappush(heap, (clock + means[i] + upload, i))
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["sgd", "far_sign"])
+def test_event_order_and_staleness_follow_the_fixed_delays(key, protocol):
+    cluster = Cluster(
+        num_workers=4, delay="fixed", stragglers=1, straggler_factor=2.5, seconds_per_bit=1e-3
+    )
+    data, _ = _regression(4)
+    trace = run_async(
+        _loss,
+        PARAMS,
+        data,
+        cluster,
+        protocol=protocol,
+        events=40,
+        record_every=10,
+        key=key,
+        num_directions=4,
+    )
+    upload = trace.bits_per_message * 1e-3
+    assert trace.bits_per_message == (32 * DIM if protocol == "sgd" else 4)
+    expected = _python_events(list(cluster.mean_times()), upload, 40)
+    np.testing.assert_allclose(trace.time, [e[0] for e in expected], rtol=1e-6)
+    assert trace.worker.tolist() == [e[1] for e in expected]
+    assert trace.staleness.tolist() == [e[2] for e in expected]
+    np.testing.assert_allclose(trace.checkpoint_time, trace.time[9::10])
+    assert trace.checkpoint_step.tolist() == [10, 20, 30, 40]
+
+
+def test_random_delays_have_the_configured_means(key):
+    # 4000 events over 10 workers; the sample mean of each worker's draws is within
+    # 4 standard errors of its mean (exponential: sd = mean; lognormal: sd = mean *
+    # sqrt(exp(s^2) - 1))
+    data, _ = _regression(10, m=16)
+    for delay, spread in (("exponential", 1.0), ("lognormal", np.sqrt(np.exp(0.25) - 1))):
+        cluster = Cluster(num_workers=10, delay=delay, stragglers=2, straggler_factor=4.0)
+        trace = run_async(
+            _loss,
+            PARAMS,
+            data,
+            cluster,
+            protocol="sgd",
+            events=4000,
+            record_every=100,
+            key=key,
+            learning_rate=0.0,
+        )
+        worker, drawn = np.asarray(trace.worker), np.asarray(trace.compute_time)
+        for i, mean in enumerate(cluster.mean_times()):
+            draws = drawn[worker == i]
+            assert abs(draws.mean() - mean) <= 4 * spread * mean / np.sqrt(draws.size), (delay, i)
+        # stragglers send fewer messages, in proportion to their speed
+        counts = np.bincount(worker, minlength=10)
+        assert counts[-2:].mean() < 0.5 * counts[:8].mean()
+
+
+def test_far_sign_learns_with_30_percent_sign_flippers_and_is_deterministic(key):
+    n = 10
+    data, w = _regression(n)
+    cluster = Cluster(num_workers=n, num_byzantine=3, delay="exponential", batch_size=16)
+    alpha, beta = fs.default_schedules(alpha=0.02, beta=0.02, t0=2000.0)
+    kwargs = dict(
+        protocol="far_sign",
+        attack="sign_flip",
+        events=6000,
+        record_every=1000,
+        key=key,
+        num_directions=4,
+        alpha=alpha,
+        beta=beta,
+    )
+    trace = run_async(_loss, PARAMS, data, cluster, **kwargs)
+    error = np.linalg.norm(np.asarray(trace.params[-1]) - w)
+    assert error < 0.1 * np.linalg.norm(w)
+    again = run_async(_loss, PARAMS, data, cluster, **kwargs)
+    assert np.array_equal(trace.params, again.params)
+    assert np.array_equal(trace.worker, again.worker)
+    # Gaussian noise (sd 200) from the same 30% breaks asynchronous SGD, not FAR-SIGN,
+    # whose message is one bit whatever the vector behind it
+    noisy = dict(kwargs, attack="gaussian")
+    trace = run_async(_loss, PARAMS, data, cluster, **noisy)
+    assert np.linalg.norm(np.asarray(trace.params[-1]) - w) < 0.1 * np.linalg.norm(w)
+    sgd = run_async(
+        _loss,
+        PARAMS,
+        data,
+        cluster,
+        protocol="sgd",
+        attack="gaussian",
+        events=6000,
+        record_every=1000,
+        key=key,
+        learning_rate=0.02,
+    )
+    assert np.linalg.norm(np.asarray(sgd.params[-1]) - w) > 2.0 * np.linalg.norm(w)
+
+
+def test_zeroth_order_far_sign_learns_without_adversaries(key):
+    data, w = _regression(4)
+    cluster = Cluster(num_workers=4, stragglers=0, batch_size=32)
+    alpha, beta = fs.default_schedules(alpha=0.02, beta=0.02, t0=2000.0)
+    trace = run_async(
+        _loss,
+        PARAMS,
+        data,
+        cluster,
+        protocol="far_sign_zo",
+        events=4000,
+        record_every=1000,
+        key=key,
+        num_directions=4,
+        alpha=alpha,
+        beta=beta,
+    )
+    assert np.linalg.norm(np.asarray(trace.params[-1]) - w) < 0.1 * np.linalg.norm(w)
+
+
+@pytest.mark.parametrize(
+    "aggregator",
+    [
+        "mean",
+        "coordinate_median",
+        "trimmed_mean",
+        "krum",
+        "geometric_median",
+        "centered_clipping",
+        "sign_majority",
+    ],
+)
+def test_sync_aggregators_learn_and_robust_ones_survive_sign_flips(key, aggregator):
+    n = 10
+    data, w = _regression(n)
+    options = {"tau": 1.0} if aggregator == "centered_clipping" else {}
+    lr = 0.01 if aggregator == "sign_majority" else 0.1
+    cluster = Cluster(num_workers=n, num_byzantine=0, delay="lognormal", batch_size=16)
+    trace = run_sync(
+        _loss,
+        PARAMS,
+        data,
+        cluster,
+        aggregator=aggregator,
+        rounds=300,
+        record_every=100,
+        key=key,
+        learning_rate=lr,
+        **options,
+    )
+    assert np.linalg.norm(np.asarray(trace.params[-1]) - w) < 0.1 * np.linalg.norm(w)
+    assert np.all(np.diff(np.asarray(trace.time)) > 0) and np.all(trace.worker == -1)
+    if aggregator in ("coordinate_median", "trimmed_mean", "krum", "geometric_median"):
+        attacked = run_sync(
+            _loss,
+            PARAMS,
+            data,
+            dataclasses.replace(cluster, num_byzantine=3),
+            aggregator=aggregator,
+            attack="sign_flip",
+            rounds=300,
+            record_every=100,
+            key=key,
+            learning_rate=lr,
+            **options,
+        )
+        assert np.linalg.norm(np.asarray(attacked.params[-1]) - w) < 0.2 * np.linalg.norm(w)
+
+
+def test_bad_input_is_named(key):
+    data, _ = _regression(4)
+    cluster = Cluster(num_workers=4, stragglers=0)
+    with pytest.raises(ValueError, match="num_byzantine must be < num_workers"):
+        run_async(
+            _loss,
+            PARAMS,
+            data,
+            Cluster(num_workers=4, num_byzantine=4),
+            events=10,
+            record_every=10,
+            key=key,
+        )
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        run_async(
+            _loss, PARAMS, data, cluster, protocol="zeno", events=10, record_every=10, key=key
+        )
+    with pytest.raises(ValueError, match="multiple of record_every"):
+        run_async(_loss, PARAMS, data, cluster, events=15, record_every=10, key=key)
+    with pytest.raises(ValueError, match="worker data must be"):
+        run_async(_loss, PARAMS, _regression(3)[0], cluster, events=10, record_every=10, key=key)
+    with pytest.raises(ValueError, match="FAR-SIGN messages only"):
+        run_async(
+            _loss,
+            PARAMS,
+            data,
+            Cluster(num_workers=4, num_byzantine=1, stragglers=0),
+            protocol="sgd",
+            attack="adaptive",
+            events=10,
+            record_every=10,
+            key=key,
+        )
+    with pytest.raises(ValueError, match="needs num_classes"):
+        run_async(
+            _loss,
+            PARAMS,
+            data,
+            Cluster(num_workers=4, num_byzantine=1, stragglers=0),
+            attack="label_flip",
+            events=10,
+            record_every=10,
+            key=key,
+        )
+    with pytest.raises(ValueError, match="krum tolerates fewer Byzantine workers"):
+        run_sync(
+            _loss,
+            PARAMS,
+            data,
+            Cluster(num_workers=4, num_byzantine=1, stragglers=0),
+            aggregator="krum",
+            rounds=10,
+            record_every=10,
+            key=key,
+        )
+    with pytest.raises(ValueError, match="delay must be one of"):
+        Cluster(delay="pareto").checked()
+
+
+def test_sync_workers_are_sharded_over_virtual_devices():
+    script = textwrap.dedent(
+        """
+        import jax, numpy as np
+        import jax.numpy as jnp
+        from jaxopt_suite.robust.simulator import Cluster, run_sync, worker_sharding
+        assert len(jax.devices()) == 4 and worker_sharding(8) is not None
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(8, 64, 4)).astype(np.float32)
+        y = (x @ np.ones(4, np.float32)).astype(np.float32)
+        loss = lambda p, b: 0.5 * jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
+        cluster = Cluster(num_workers=8, num_byzantine=2, stragglers=0, batch_size=8)
+        t = run_sync(loss, {"w": jnp.zeros(4)}, (x, y), cluster, aggregator="trimmed_mean",
+                     attack="alie", rounds=200, record_every=100, key=jax.random.key(0),
+                     learning_rate=0.1)
+        print(float(np.linalg.norm(np.asarray(t.params[-1]) - 1.0)))
+        """
+    )
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.strip().splitlines()[-1]) < 0.2
