@@ -10,11 +10,13 @@ Reconstruction
 --------------
 Directions. Message ``id`` carries ``K`` orthonormal directions ``u_1..u_K`` of
 ``R^P`` (``P``: the parameter count padded to a power of two): rows of the randomised
-Hadamard rotation ``H diag(sigma) / sqrt(P)``, the signs ``sigma`` and the ``K`` rows
-drawn from ``fold_in(key, id)``. Anyone holding the key regenerates them from the id, so a
-message is the id and ``K`` bits. In a random rotation every projection of a gradient is
-close to Gaussian, so no coordinate lets an attacker hide a large push, and the ``K``
-bits of one message are never redundant.
+Hadamard rotation ``H diag(sigma) / sqrt(P)``, the signs ``sigma`` and a run of ``K``
+consecutive rows (cyclically, from a random first row) drawn from ``fold_in(key, id)``.
+Anyone holding the key regenerates them from the id, so a message is the id and ``K``
+bits. With ``sigma`` uniform every ``u_k`` is a uniformly random sign vector over
+``sqrt(P)``, so ``E[u u^T] = I / P``; no coordinate lets an attacker hide a large push
+(a per-coordinate shift projects to a sum of ``P`` random signs), and the ``K`` bits of
+one message are never redundant (orthonormal rows).
 
 Fast timescale (the bias correction). The server keeps ``y``, an estimate of the gradient,
 and sends the residual projections ``r_k = <y, u_k>`` with the directions. A worker answers
@@ -91,10 +93,8 @@ def directions(key, message_id, dim: int, num_directions: int) -> Directions:
         raise ValueError(f"num_directions must lie in [1, {P}] for {dim} parameters")
     k_signs, k_rows = jax.random.split(jax.random.fold_in(key, message_id))
     signs = jax.random.rademacher(k_signs, (P,), jnp.float32)
-    if num_directions == P:
-        rows = jnp.arange(P, dtype=jnp.int32)
-    else:
-        rows = jax.random.permutation(k_rows, P)[:num_directions].astype(jnp.int32)
+    first = jax.random.randint(k_rows, (), 0, P) if num_directions < P else 0
+    rows = ((first + jnp.arange(num_directions)) % P).astype(jnp.int32)
     return Directions(signs, rows)
 
 
