@@ -35,9 +35,17 @@ Byzantine fraction ``b < 1/2`` can only shift the median to the ``(1 - 2b) / (2 
 quantile of the honest projections, and one message moves ``y`` by at most
 ``beta_t sqrt(K)``.
 
-Slow timescale. ``x <- x - alpha_t y`` after every message, with ``alpha_t / beta_t -> 0``
-(defaults: ``beta_t = beta / (1 + t / t0)^0.55``, ``alpha_t = alpha / (1 + t / t0)^0.75``;
-``sum alpha = sum beta = inf``, ``sum beta^2 < inf``), so ``y`` sees a quasi-static ``x``.
+Slow timescale. After the fast step the server moves ``x`` along the message's own
+directions, by the tracked values there:
+
+.. math::
+  x \\leftarrow x - \\alpha_t \\frac{P}{K} \\sum_k \\langle y, u_k\\rangle u_k ,
+
+a random-subspace step whose mean over the directions is ``-alpha_t y`` (so ``alpha`` is
+in the units of an SGD step; ``K = P`` gives ``x <- x - alpha_t y``). It moves ``x`` only
+where ``y`` was just refreshed. ``alpha_t / beta_t -> 0`` (defaults: ``beta_t = beta /
+(1 + t / t0)^0.55``, ``alpha_t = alpha / (1 + t / t0)^0.75``; ``sum alpha = sum beta =
+inf``, ``sum beta^2 < inf``), so ``y`` sees a quasi-static ``x``.
 """
 
 from __future__ import annotations
@@ -112,6 +120,16 @@ def lift(coefficients: jax.Array, d: Directions) -> jax.Array:
     return d.signs * hadamard(full) / jnp.sqrt(jnp.float32(P))
 
 
+def direction(d: Directions, row, dim: int) -> jax.Array:
+    """One direction ``u = H[row] * signs / sqrt(P)`` restricted to its first ``dim``
+    entries, built entry by entry (``H[r, j] = (-1)^popcount(r & j)``) instead of by a
+    transform."""
+    P = d.signs.shape[0]
+    j = jnp.arange(dim, dtype=jnp.int32)
+    parity = jax.lax.population_count(jnp.bitwise_and(j, row)) & 1
+    return (1 - 2 * parity).astype(jnp.float32) * d.signs[:dim] / jnp.sqrt(jnp.float32(P))
+
+
 def signs_of(values: jax.Array) -> jax.Array:
     """``+1`` where ``values >= 0``, else ``-1`` (int8: one bit each, no zero)."""
     return jnp.where(values >= 0, 1, -1).astype(jnp.int8)
@@ -133,15 +151,14 @@ def worker_bits_zo(
     (2 delta) - r_k)``, ``2K`` evaluations of ``value_fn``."""
     flat, unravel = ravel_pytree(params)
     D = flat.shape[0]
-    eye = jnp.eye(d.rows.shape[0], dtype=jnp.float32)
-    basis = jax.vmap(lambda e: lift(e, d)[:D])(eye)  # (K, D): u_k restricted to R^D
 
-    def difference(u):
+    def difference(row):
+        u = direction(d, row, D)
         up = value_fn(unravel(flat + smoothing * u.astype(flat.dtype)))
         down = value_fn(unravel(flat - smoothing * u.astype(flat.dtype)))
         return (up - down) / (2.0 * smoothing)
 
-    return signs_of(jax.lax.map(difference, basis) - residual)
+    return signs_of(jax.lax.map(difference, d.rows) - residual)
 
 
 def default_schedules(alpha: float, beta: float, t0: float = 1000.0) -> tuple[Schedule, Schedule]:
@@ -183,11 +200,24 @@ def track(state: ServerState, d: Directions, bits: jax.Array, beta: jax.Array) -
 def server_step(
     params: Any, state: ServerState, d: Directions, bits: jax.Array, alpha, beta
 ) -> tuple[Any, ServerState]:
-    """One arrival: the fast step, then the slow one ``x <- x - alpha y``."""
+    """One arrival: the fast step, then the slow one along the message's directions (see
+    the module docstring)."""
     state = track(state, d, bits, beta)
     flat, unravel = ravel_pytree(params)
-    flat = flat - alpha * state.tracker[: flat.shape[0]].astype(flat.dtype)
+    flat = flat - (alpha * subspace_step(state, [d]))[: flat.shape[0]].astype(flat.dtype)
     return unravel(flat), state
+
+
+def subspace_step(state: ServerState, messages) -> jax.Array:
+    """``(P / (m K)) sum over the m messages' directions of <y, u_k> u_k``: the tracker
+    seen through the directions just refreshed, unbiased for ``y``."""
+    P = state.tracker.shape[0]
+    total = jnp.zeros(P, jnp.float32)
+    count = 0
+    for d in messages:
+        total = total + lift(project(state.tracker, d), d)
+        count += d.rows.shape[0]
+    return total * (P / count)
 
 
 class FarSignState(NamedTuple):
@@ -212,11 +242,12 @@ def scale_by_far_sign(
     a leading axis (``n`` workers; one worker's gradient without the axis is accepted as
     ``n = 1``). Each worker's message is its ``num_directions`` bits on fresh directions,
     applied to the tracker one after another (the fast step with ``beta``, a number or a
-    schedule of the message count); the returned update is the tracker ``y``, so
+    schedule of the message count); the returned update is the tracker seen through the
+    round's directions, ``(P / (n K)) sum <y, u_k> u_k`` (``y`` in expectation), so
 
     ``optax.chain(scale_by_far_sign(key, K), optax.sgd(alpha))``
 
-    is the slow step ``x <- x - alpha y`` once per round.
+    is the slow step once per round.
     """
     check_key(key)
     K = _check_int("num_directions", num_directions)
@@ -240,10 +271,17 @@ def scale_by_far_sign(
         def message(server, g):
             d = directions(state.key, server.count, G.shape[1], K)
             bits = worker_bits(g, d, residual(server, d))
-            return track(server, d, bits, beta_t(server.count)), None
+            return track(server, d, bits, beta_t(server.count)), d
 
-        server, _ = jax.lax.scan(message, state.server, G)
-        return unravel(server.tracker[: G.shape[1]]), FarSignState(server, state.key)
+        server, used = jax.lax.scan(message, state.server, G)
+
+        def seen(i):  # one message's share of the round's subspace step
+            d = Directions(used.signs[i], used.rows[i])
+            return lift(project(server.tracker, d), d)
+
+        P = server.tracker.shape[0]
+        step = jnp.sum(jax.vmap(seen)(jnp.arange(G.shape[0])), axis=0) * (P / (G.shape[0] * K))
+        return unravel(step[: G.shape[1]]), FarSignState(server, state.key)
 
     return optax.GradientTransformation(init, update)
 

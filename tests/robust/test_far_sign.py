@@ -122,3 +122,10 @@ def test_optax_transform_learns_a_quadratic_with_flipped_workers(key):
         opt.update({"y": jnp.zeros((n, dim))}, state, params)
     with pytest.raises(ValueError, match="num_directions must be <= 32"):
         fs.scale_by_far_sign(key, num_directions=64).init(params)
+
+
+def test_a_direction_built_entrywise_is_the_lifted_unit_vector(key):
+    d = fs.directions(key, 3, 20, 6)
+    for k in range(6):
+        lifted = fs.lift(jnp.zeros(6).at[k].set(1.0), d)
+        np.testing.assert_allclose(fs.direction(d, d.rows[k], 20), lifted[:20], atol=1e-7)
