@@ -8,17 +8,18 @@ exponential with mean 1, the last 2 honest workers 5x slower; upload time not ch
 {0, 10, 20, 30}% under every attack (sign flip, Gaussian, label flip, ALIE, IPM; the
 direction-aware attack on FAR-SIGN only).
 
-Methods:
+Methods (each step size picked from its grid in ``RATES`` by the final test accuracy with
+no Byzantine worker, under the budget it is compared in; the attacked runs reuse it):
 
 * FAR-SIGN, first order: ``K = 512`` one-bit messages (directions) per upload, 20,000
-  uploads, ``alpha = 0.1``, ``beta = 0.005``;
-* FAR-SIGN, zeroth order: ``K = 32`` (64 loss evaluations per upload), ``alpha = 0.05``,
-  ``beta = 0.01``, 20,000 uploads;
-* asynchronous SGD (full gradients, learning rate 0.05), 20,000 uploads;
-* synchronous rounds with each aggregator (plain SGD, learning rate 0.1; sign majority
-  0.005; centered clipping tau = 1), for as many rounds as end within FAR-SIGN's simulated
-  time ("equal time"), and, for the target attacks at 30%, for 1,000 rounds (20,000
-  gradients: "equal gradients").
+  uploads, ``beta = 0.005``;
+* FAR-SIGN, zeroth order: ``K = 32`` (64 loss evaluations per upload), ``beta = 0.01``,
+  20,000 uploads;
+* asynchronous SGD (full gradients), 20,000 uploads;
+* synchronous rounds with each aggregator (plain SGD; centered clipping tau = 1, 3
+  iterations), for as many rounds as end within FAR-SIGN's simulated time ("equal
+  time"), and, without Byzantine workers and for the target attacks at 30%, for 1,000
+  rounds (20,000 gradients: "equal gradients").
 
 Targets: with 30% Byzantine under ALIE and sign flip, FAR-SIGN's final test accuracy >=
 the best aggregator's (at equal time and at equal gradients) and >= 88%; at 0% within 2
@@ -50,19 +51,26 @@ FRACTIONS = (0.0, 0.1, 0.2, 0.3)
 ATTACKS = ("sign_flip", "gaussian", "label_flip", "alie", "ipm", "adaptive")
 TARGET_ATTACKS = ("alie", "sign_flip")
 AGGREGATORS = {
-    "mean": {"learning_rate": 0.1},
-    "coordinate_median": {"learning_rate": 0.1},
-    "trimmed_mean": {"learning_rate": 0.1},
-    "krum": {"learning_rate": 0.1},
-    "multi_krum": {"learning_rate": 0.1},
-    "geometric_median": {"learning_rate": 0.1},
-    "centered_clipping": {"learning_rate": 0.1, "tau": 1.0, "iterations": 3},
-    "sign_majority": {"learning_rate": 0.005},
+    "mean": {},
+    "coordinate_median": {},
+    "trimmed_mean": {},
+    "krum": {},
+    "multi_krum": {},
+    "geometric_median": {},
+    "centered_clipping": {"tau": 1.0, "iterations": 3},
+    "sign_majority": {},
 }
-FAR_SIGN = {"num_directions": 512, "alpha": 0.1, "beta": 0.005, "t0": 1000.0}
-FAR_SIGN_ZO = {"num_directions": 32, "alpha": 0.05, "beta": 0.01, "t0": 1000.0}
-ASYNC_SGD_LR = 0.05
-EQUAL_GRADIENT_ROUNDS = EVENTS // WORKERS
+FAR_SIGN = {"num_directions": 512, "beta": 0.005, "t0": 1000.0}
+FAR_SIGN_ZO = {"num_directions": 32, "beta": 0.01, "t0": 1000.0}
+# Every method's step size is picked from its own grid by the final test accuracy without
+# Byzantine workers, under the budget it is compared in; the attacked runs reuse it.
+RATES = {
+    "far_sign": (0.05, 0.1, 0.2),
+    "far_sign_zo": (0.02, 0.05, 0.1),
+    "async_sgd": (0.02, 0.05, 0.1),
+    "sync": (0.1, 0.3, 1.0),
+    "sign_majority": (0.001, 0.003, 0.01),
+}
 
 
 def _data(quick: bool):
@@ -145,9 +153,9 @@ class _Runner:
             "seconds": seconds,
         }
 
-    def far_sign(self, fraction, attack, zeroth_order=False) -> dict:
+    def far_sign(self, fraction, attack, rate, zeroth_order=False) -> dict:
         cfg = FAR_SIGN_ZO if zeroth_order else FAR_SIGN
-        alpha, beta = fs.default_schedules(cfg["alpha"], cfg["beta"], cfg["t0"])
+        alpha, beta = fs.default_schedules(rate, cfg["beta"], cfg["t0"])
         start = time.perf_counter()
         trace = run_async(
             self.loss,
@@ -170,7 +178,7 @@ class _Runner:
         row["bits_per_upload"] += 32  # the message id that names the directions
         return row
 
-    def async_sgd(self, fraction, attack) -> dict:
+    def async_sgd(self, fraction, attack, rate) -> dict:
         start = time.perf_counter()
         trace = run_async(
             self.loss,
@@ -182,15 +190,14 @@ class _Runner:
             events=self.events,
             record_every=self.events // CHECKPOINTS,
             key=jax.random.key(1),
-            learning_rate=ASYNC_SGD_LR,
+            learning_rate=rate,
             num_classes=10,
         )
         jax.block_until_ready(trace.params)
         return self._row(trace, time.perf_counter() - start)
 
-    def sync(self, aggregator, fraction, attack, rounds, until=None) -> dict:
-        options = dict(AGGREGATORS[aggregator])
-        lr = options.pop("learning_rate")
+    def sync(self, aggregator, fraction, attack, rate, rounds, until=None) -> dict:
+        options = AGGREGATORS[aggregator]
         record = max(1, rounds // CHECKPOINTS)
         rounds = record * math.ceil(rounds / record)
         start = time.perf_counter()
@@ -204,7 +211,7 @@ class _Runner:
             rounds=rounds,
             record_every=record,
             key=jax.random.key(1),
-            learning_rate=lr,
+            learning_rate=rate,
             num_classes=10,
             **options,
         )
@@ -225,40 +232,85 @@ class _Runner:
         return float(draws.max(axis=1).mean())
 
 
+def _best(rows: dict) -> tuple[float, dict]:
+    """The step size whose run ends with the highest test accuracy, and that run."""
+    rate = max(rows, key=lambda r: rows[r]["final_accuracy"])
+    return rate, rows[rate]
+
+
 def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     runner = _Runner(quick)
     fractions = (0.0, 0.3) if quick else FRACTIONS
     attacks = ("sign_flip", "alie", "adaptive") if quick else ATTACKS
-    cells = [(0.0, "none")] + [(f, a) for f in fractions if f > 0 for a in attacks]
-    results: dict = {}
-    total = len(cells) * (3 + len(AGGREGATORS)) + 2 * len(AGGREGATORS)
-    with progress.stage("robust: methods x attacks x fractions", total) as advance:
+    cells = [(f, a) for f in fractions if f > 0 for a in attacks]
+    top = max(fractions)
+    targets = [a for a in TARGET_ATTACKS if a in attacks]
+    gradient_rounds = runner.events // WORKERS
+    n_rates = {m: len(r) for m, r in RATES.items()}
+    total = (
+        n_rates["far_sign"] + n_rates["far_sign_zo"] + n_rates["async_sgd"]
+        + 2 * sum(n_rates["sign_majority" if a == "sign_majority" else "sync"] for a in AGGREGATORS)
+        + len(cells) * (3 + len(AGGREGATORS)) + len(targets) * len(AGGREGATORS)
+    )  # fmt: skip
+    rates, tuning = {}, {}
+    clean, clean_gradients = {}, {}
+    with progress.stage("robust: step sizes (no Byzantine), then attacks", total) as advance:
+        for method in ("far_sign", "far_sign_zo"):
+            rows = {}
+            for rate in RATES[method]:
+                rows[rate] = runner.far_sign(0.0, "none", rate, method == "far_sign_zo")
+                advance()
+            rates[method], clean[method] = _best(rows)
+            tuning[method] = {str(r): row["final_accuracy"] for r, row in rows.items()}
+        budget = clean["far_sign"]["time"][-1]  # the delays do not depend on the method
+        rows = {}
+        for rate in RATES["async_sgd"]:
+            rows[rate] = runner.async_sgd(0.0, "none", rate)
+            advance()
+        rates["async_sgd"], clean["async_sgd"] = _best(rows)
+        tuning["async_sgd"] = {str(r): row["final_accuracy"] for r, row in rows.items()}
+        for name in AGGREGATORS:
+            grid = RATES["sign_majority" if name == "sign_majority" else "sync"]
+            for budget_name, store in (("time", clean), ("gradients", clean_gradients)):
+                rows = {}
+                for rate in grid:
+                    if budget_name == "time":
+                        rounds = int(1.3 * budget / runner.mean_round_time(0.0)) + 1
+                        rows[rate] = runner.sync(name, 0.0, "none", rate, rounds, until=budget)
+                    else:
+                        rows[rate] = runner.sync(name, 0.0, "none", rate, gradient_rounds)
+                    advance()
+                rates[f"{name}, equal {budget_name}"], store[name] = _best(rows)
+                tuning[f"{name}, equal {budget_name}"] = {
+                    str(r): row["final_accuracy"] for r, row in rows.items()
+                }
+        results: dict = {"0%": {"none": clean}}
         for fraction, attack in cells:
             cell = results.setdefault(f"{int(round(100 * fraction))}%", {}).setdefault(attack, {})
-            cell["far_sign"] = runner.far_sign(fraction, attack)
-            cell["far_sign_zo"] = runner.far_sign(fraction, attack, zeroth_order=True)
+            cell["far_sign"] = runner.far_sign(fraction, attack, rates["far_sign"])
+            cell["far_sign_zo"] = runner.far_sign(
+                fraction, attack, rates["far_sign_zo"], zeroth_order=True
+            )
             advance(2)
-            budget = cell["far_sign"]["time"][-1]
             if attack != "adaptive":
-                cell["async_sgd"] = runner.async_sgd(fraction, attack)
+                cell["async_sgd"] = runner.async_sgd(fraction, attack, rates["async_sgd"])
                 rounds = int(1.3 * budget / runner.mean_round_time(fraction)) + 1
                 for name in AGGREGATORS:
-                    if fraction * WORKERS * 2 >= WORKERS and name != "mean":
-                        continue
-                    cell[name] = runner.sync(name, fraction, attack, rounds, until=budget)
+                    rate = rates[f"{name}, equal time"]
+                    cell[name] = runner.sync(name, fraction, attack, rate, rounds, until=budget)
                     advance()
             advance(1 + (len(AGGREGATORS) if attack == "adaptive" else 0))
-        top = max(fractions)
-        equal_gradients = {}
-        for attack in TARGET_ATTACKS:
-            if attack not in attacks:
-                continue
-            rounds = runner.events // WORKERS
-            equal_gradients[attack] = {
-                name: runner.sync(name, top, attack, rounds) for name in AGGREGATORS
+        equal_gradients = {"0% none": clean_gradients}
+        for attack in targets:
+            equal_gradients[f"{int(round(100 * top))}% {attack}"] = {
+                name: runner.sync(
+                    name, top, attack, rates[f"{name}, equal gradients"], gradient_rounds
+                )
+                for name in AGGREGATORS
             }
             advance(len(AGGREGATORS))
     results["equal_gradients"] = equal_gradients
+    results["step_sizes"] = {"chosen": {k: float(v) for k, v in rates.items()}, "tried": tuning}
     return _summarise(runner, results, fractions, attacks, quick, out_dir)
 
 
@@ -270,7 +322,7 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
     for attack in target_attacks:
         cell = results[top][attack]
         best_time = max(cell[name]["final_accuracy"] for name in AGGREGATORS if name in cell)
-        eq = results["equal_gradients"][attack]
+        eq = results["equal_gradients"][f"{top} {attack}"]
         best_gradients = max(row["final_accuracy"] for row in eq.values())
         ours = cell["far_sign"]["final_accuracy"]
         margin_time.append(100 * (ours - best_time))
@@ -317,7 +369,7 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
         )
     )
     for fraction_key, cells in results.items():
-        if fraction_key == "equal_gradients":
+        if fraction_key in ("equal_gradients", "step_sizes"):
             continue
         for attack, cell in cells.items():
             baselines = [cell[n]["final_accuracy"] for n in AGGREGATORS if n in cell]
@@ -372,8 +424,8 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
             "bits per FAR-SIGN message (one direction; the id is shared by the upload's K)",
             max(
                 cell["far_sign"]["bits_per_direction"]
-                for cells in results.values()
-                if isinstance(cells, dict)
+                for key, cells in results.items()
+                if key not in ("equal_gradients", "step_sizes")
                 for cell in cells.values()
                 if "far_sign" in cell
             ),
@@ -399,7 +451,7 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
         "uploads": runner.events,
         "far_sign": FAR_SIGN,
         "far_sign_zo": FAR_SIGN_ZO,
-        "async_sgd_learning_rate": ASYNC_SGD_LR,
+        "step_size_grids": {k: list(v) for k, v in RATES.items()},
         "aggregators": AGGREGATORS,
         "fractions": list(fractions),
         "attacks": list(attacks),
