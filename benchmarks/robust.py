@@ -65,11 +65,11 @@ FAR_SIGN_ZO = {"num_directions": 32, "beta": 0.01, "t0": 1000.0}
 # Every method's step size is picked from its own grid by the final test accuracy without
 # Byzantine workers, under the budget it is compared in; the attacked runs reuse it.
 RATES = {
-    "far_sign": (0.05, 0.1, 0.2),
-    "far_sign_zo": (0.02, 0.05, 0.1),
-    "async_sgd": (0.02, 0.05, 0.1),
-    "sync": (0.1, 0.3, 1.0),
-    "sign_majority": (0.001, 0.003, 0.01),
+    "far_sign": (0.05, 0.1, 0.2, 0.4),
+    "far_sign_zo": (0.01, 0.02, 0.05, 0.1),
+    "async_sgd": (0.05, 0.1, 0.2, 0.4),
+    "sync": (0.3, 1.0, 3.0, 10.0),
+    "sign_majority": (0.003, 0.01, 0.03, 0.1),
 }
 
 
