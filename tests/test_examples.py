@@ -72,3 +72,11 @@ def test_aicn_boosting_beats_shrinkage_and_the_unfloored_newton_step_blows_up():
     assert np.all((alpha > 0) & (alpha <= 1))
     assert out["aicn"]["test_accuracy"] >= out["newton eta=0.3"]["test_accuracy"] - 0.01
     assert 1 <= out["estimator"]["rounds_kept"] <= 60 and out["estimator"]["test_accuracy"] > 0.9
+
+
+def test_far_sign_beats_a_robust_aggregator_at_equal_simulated_time_under_alie():
+    example = _load("far_sign_mnist")
+    out = example.main(["--quick"])
+    assert out["far_sign"] > 0.8
+    assert out["far_sign"] > out["trimmed_mean"]
+    assert out["bits"]["far_sign"] * 100 < out["bits"]["async_sgd"]
