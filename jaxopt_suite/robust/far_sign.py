@@ -61,6 +61,7 @@ from jax.flatten_util import ravel_pytree
 
 from jaxopt_suite._checks import check_key
 from jaxopt_suite.robust.aggregators import stack
+from jaxopt_suite.zeroth_order._common import directional_differences, flat_plus, flat_view
 
 Schedule = Callable[[jax.Array], jax.Array]
 
@@ -148,17 +149,14 @@ def worker_bits_zo(
     smoothing: float,
 ) -> jax.Array:
     """A zeroth-order worker's message: ``sign((f(x + delta u_k) - f(x - delta u_k)) /
-    (2 delta) - r_k)``, ``2K`` evaluations of ``value_fn``."""
-    flat, unravel = ravel_pytree(params)
-    D = flat.shape[0]
-
-    def difference(row):
-        u = direction(d, row, D)
-        up = value_fn(unravel(flat + smoothing * u.astype(flat.dtype)))
-        down = value_fn(unravel(flat - smoothing * u.astype(flat.dtype)))
-        return (up - down) / (2.0 * smoothing)
-
-    return signs_of(jax.lax.map(difference, d.rows) - residual)
+    (2 delta) - r_k)``, ``2K`` evaluations of ``value_fn`` (the central differences of
+    :mod:`jaxopt_suite.zeroth_order`)."""
+    flat, unravel = flat_view(params)
+    basis = jax.vmap(lambda row: direction(d, row, flat.shape[0]))(d.rows)  # (K, D)
+    differences, _ = directional_differences(
+        value_fn, params, flat_plus(unravel, flat), basis, smoothing, antithetic=True
+    )
+    return signs_of(differences - residual)
 
 
 def default_schedules(alpha: float, beta: float, t0: float = 1000.0) -> tuple[Schedule, Schedule]:
