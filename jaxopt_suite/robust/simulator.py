@@ -129,6 +129,9 @@ def _check_data(cluster, x, y):
         raise ValueError(
             f"worker data must be x (n={n}, m, ...) and y (n={n}, m), got {x.shape} and {y.shape}"
         )
+    for name, array in (("x", x), ("y", y)):
+        if jnp.issubdtype(array.dtype, jnp.floating) and not bool(jnp.all(jnp.isfinite(array))):
+            raise ValueError(f"worker data {name} contains NaN or infinite values")
     return x, y
 
 

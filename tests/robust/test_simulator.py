@@ -268,6 +268,10 @@ def test_bad_input_is_named(key):
             record_every=10,
             key=key,
         )
+    bad = (data[0].copy(), data[1])
+    bad[0][1, 2, 3] = np.nan
+    with pytest.raises(ValueError, match="worker data x contains NaN"):
+        run_async(_loss, PARAMS, bad, cluster, events=10, record_every=10, key=key)
     with pytest.raises(ValueError, match="delay must be one of"):
         Cluster(delay="pareto").checked()
 
