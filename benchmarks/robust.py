@@ -71,6 +71,15 @@ RATES = {
     "sync": (0.3, 1.0, 3.0, 10.0),
     "sign_majority": (0.003, 0.01, 0.03, 0.1),
 }
+# --quick (make demo): the step sizes the full run chose, four of the aggregators
+QUICK_RATES = {
+    "far_sign": (0.2,),
+    "far_sign_zo": (0.05,),
+    "async_sgd": (0.1,),
+    "sync": (1.0,),
+    "sign_majority": (0.01,),
+}
+QUICK_AGGREGATORS = ("mean", "trimmed_mean", "multi_krum", "centered_clipping")
 
 
 def _data(quick: bool):
@@ -241,36 +250,38 @@ def _best(rows: dict) -> tuple[float, dict]:
 def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     runner = _Runner(quick)
     fractions = (0.0, 0.3) if quick else FRACTIONS
-    attacks = ("sign_flip", "alie", "adaptive") if quick else ATTACKS
+    attacks = ("sign_flip", "alie") if quick else ATTACKS
+    grids = QUICK_RATES if quick else RATES
+    aggregators = QUICK_AGGREGATORS if quick else tuple(AGGREGATORS)
     cells = [(f, a) for f in fractions if f > 0 for a in attacks]
     top = max(fractions)
     targets = [a for a in TARGET_ATTACKS if a in attacks]
     gradient_rounds = runner.events // WORKERS
-    n_rates = {m: len(r) for m, r in RATES.items()}
+    n_rates = {m: len(r) for m, r in grids.items()}
     total = (
         n_rates["far_sign"] + n_rates["far_sign_zo"] + n_rates["async_sgd"]
-        + 2 * sum(n_rates["sign_majority" if a == "sign_majority" else "sync"] for a in AGGREGATORS)
-        + len(cells) * (3 + len(AGGREGATORS)) + len(targets) * len(AGGREGATORS)
+        + 2 * sum(n_rates["sign_majority" if a == "sign_majority" else "sync"] for a in aggregators)
+        + len(cells) * (3 + len(aggregators)) + len(targets) * len(aggregators)
     )  # fmt: skip
     rates, tuning = {}, {}
     clean, clean_gradients = {}, {}
     with progress.stage("robust: step sizes (no Byzantine), then attacks", total) as advance:
         for method in ("far_sign", "far_sign_zo"):
             rows = {}
-            for rate in RATES[method]:
+            for rate in grids[method]:
                 rows[rate] = runner.far_sign(0.0, "none", rate, method == "far_sign_zo")
                 advance()
             rates[method], clean[method] = _best(rows)
             tuning[method] = {str(r): row["final_accuracy"] for r, row in rows.items()}
         budget = clean["far_sign"]["time"][-1]  # the delays do not depend on the method
         rows = {}
-        for rate in RATES["async_sgd"]:
+        for rate in grids["async_sgd"]:
             rows[rate] = runner.async_sgd(0.0, "none", rate)
             advance()
         rates["async_sgd"], clean["async_sgd"] = _best(rows)
         tuning["async_sgd"] = {str(r): row["final_accuracy"] for r, row in rows.items()}
-        for name in AGGREGATORS:
-            grid = RATES["sign_majority" if name == "sign_majority" else "sync"]
+        for name in aggregators:
+            grid = grids["sign_majority" if name == "sign_majority" else "sync"]
             for budget_name, store in (("time", clean), ("gradients", clean_gradients)):
                 rows = {}
                 for rate in grid:
@@ -295,20 +306,20 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
             if attack != "adaptive":
                 cell["async_sgd"] = runner.async_sgd(fraction, attack, rates["async_sgd"])
                 rounds = int(1.3 * budget / runner.mean_round_time(fraction)) + 1
-                for name in AGGREGATORS:
+                for name in aggregators:
                     rate = rates[f"{name}, equal time"]
                     cell[name] = runner.sync(name, fraction, attack, rate, rounds, until=budget)
                     advance()
-            advance(1 + (len(AGGREGATORS) if attack == "adaptive" else 0))
+            advance(1 + (len(aggregators) if attack == "adaptive" else 0))
         equal_gradients = {"0% none": clean_gradients}
         for attack in targets:
             equal_gradients[f"{int(round(100 * top))}% {attack}"] = {
                 name: runner.sync(
                     name, top, attack, rates[f"{name}, equal gradients"], gradient_rounds
                 )
-                for name in AGGREGATORS
+                for name in aggregators
             }
-            advance(len(AGGREGATORS))
+            advance(len(aggregators))
     results["equal_gradients"] = equal_gradients
     results["step_sizes"] = {"chosen": {k: float(v) for k, v in rates.items()}, "tried": tuning}
     return _summarise(runner, results, fractions, attacks, quick, out_dir)
@@ -388,7 +399,11 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
                             100 * anchor_value,
                         )
                     )
-    note = "quick run: 4,000 uploads, 2,000 test images" if quick else ""
+    note = (
+        "quick run: 4,000 uploads, 2,000 test images, the full run's step sizes, 4 aggregators"
+        if quick
+        else ""
+    )
     targets = [
         Target.evaluate(
             f"FAR-SIGN - best aggregator, final test accuracy (points), {top} Byzantine, "
