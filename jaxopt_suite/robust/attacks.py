@@ -13,9 +13,10 @@ parameters:
   ``s = floor(n / 2 + 1) - f``;
 * ``ipm`` (inner-product manipulation, Xie et al., 2020): ``-epsilon * mu``
   (``epsilon = 0.1``);
-* ``adaptive``: against FAR-SIGN only. It knows each message's directions and sends, on
-  each, the bit opposite to the honest mean's (:func:`jaxopt_suite.robust.far_sign`); as
-  a vector it is ``-mu`` scaled to dominate, which only FAR-SIGN's bits bound.
+* ``adaptive``: against FAR-SIGN. It knows each message's directions and sends, on each,
+  the bit opposite to the honest mean's (:attr:`Attack.opposes_bits`); its vector form,
+  ``-100 mu`` (IPM with ``epsilon = 100``), is only a fallback: the simulator runs this
+  attack on FAR-SIGN messages alone.
 """
 
 from __future__ import annotations

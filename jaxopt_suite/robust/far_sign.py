@@ -202,20 +202,14 @@ def server_step(
     the module docstring)."""
     state = track(state, d, bits, beta)
     flat, unravel = ravel_pytree(params)
-    flat = flat - (alpha * subspace_step(state, [d]))[: flat.shape[0]].astype(flat.dtype)
+    flat = flat - (alpha * subspace_step(state.tracker, d))[: flat.shape[0]].astype(flat.dtype)
     return unravel(flat), state
 
 
-def subspace_step(state: ServerState, messages) -> jax.Array:
-    """``(P / (m K)) sum over the m messages' directions of <y, u_k> u_k``: the tracker
-    seen through the directions just refreshed, unbiased for ``y``."""
-    P = state.tracker.shape[0]
-    total = jnp.zeros(P, jnp.float32)
-    count = 0
-    for d in messages:
-        total = total + lift(project(state.tracker, d), d)
-        count += d.rows.shape[0]
-    return total * (P / count)
+def subspace_step(tracker: jax.Array, d: Directions) -> jax.Array:
+    """``(P / K) sum_k <y, u_k> u_k``: the tracker seen through one message's directions,
+    unbiased for ``y`` over the directions."""
+    return lift(project(tracker, d), d) * (tracker.shape[0] / d.rows.shape[0])
 
 
 class FarSignState(NamedTuple):
@@ -237,8 +231,8 @@ def scale_by_far_sign(
     """FAR-SIGN for the synchronous case, as an optax transform.
 
     ``update(updates, state, params)``: ``updates`` holds the workers' gradients stacked on
-    a leading axis (``n`` workers; one worker's gradient without the axis is accepted as
-    ``n = 1``). Each worker's message is its ``num_directions`` bits on fresh directions,
+    a leading axis (``n`` workers; a single worker passes its gradient with an axis of
+    one). Each worker's message is its ``num_directions`` bits on fresh directions,
     applied to the tracker one after another (the fast step with ``beta``, a number or a
     schedule of the message count); the returned update is the tracker seen through the
     round's directions, ``(P / (n K)) sum <y, u_k> u_k`` (``y`` in expectation), so
@@ -273,12 +267,11 @@ def scale_by_far_sign(
 
         server, used = jax.lax.scan(message, state.server, G)
 
-        def seen(i):  # one message's share of the round's subspace step
-            d = Directions(used.signs[i], used.rows[i])
-            return lift(project(server.tracker, d), d)
-
-        P = server.tracker.shape[0]
-        step = jnp.sum(jax.vmap(seen)(jnp.arange(G.shape[0])), axis=0) * (P / (G.shape[0] * K))
+        # the round's subspace step: the mean of the messages' (P / K) projections
+        steps = jax.vmap(
+            lambda signs, rows: subspace_step(server.tracker, Directions(signs, rows))
+        )(used.signs, used.rows)
+        step = jnp.mean(steps, axis=0)
         return unravel(step[: G.shape[1]]), FarSignState(server, state.key)
 
     return optax.GradientTransformation(init, update)
