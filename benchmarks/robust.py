@@ -149,9 +149,23 @@ class _Runner:
             batch_size=32,
         )
 
-    def _row(self, trace, seconds: float) -> dict:
+    def _run(self, simulate, fraction, attack, **kwargs) -> tuple[object, dict]:
+        """One timed simulation on the shared data and model, and its row."""
+        start = time.perf_counter()
+        trace = simulate(
+            self.loss,
+            self.params,
+            self.shards,
+            self.cluster(fraction),
+            attack=attack,
+            key=jax.random.key(1),
+            num_classes=10,
+            **kwargs,
+        )
+        jax.block_until_ready(trace.params)
+        seconds = time.perf_counter() - start
         accuracy = np.asarray(self._accuracy(trace.params), np.float64)
-        return {
+        return trace, {
             "accuracy": accuracy.tolist(),
             "time": np.asarray(trace.checkpoint_time, np.float64).tolist(),
             "updates": np.asarray(trace.checkpoint_step).tolist(),
@@ -165,67 +179,44 @@ class _Runner:
     def far_sign(self, fraction, attack, rate, zeroth_order=False) -> dict:
         cfg = FAR_SIGN_ZO if zeroth_order else FAR_SIGN
         alpha, beta = fs.default_schedules(rate, cfg["beta"], cfg["t0"])
-        start = time.perf_counter()
-        trace = run_async(
-            self.loss,
-            self.params,
-            self.shards,
-            self.cluster(fraction),
+        trace, row = self._run(
+            run_async,
+            fraction,
+            attack,
             protocol="far_sign_zo" if zeroth_order else "far_sign",
-            attack=attack,
             events=self.events,
             record_every=self.events // CHECKPOINTS,
-            key=jax.random.key(1),
             num_directions=cfg["num_directions"],
             alpha=alpha,
             beta=beta,
-            num_classes=10,
         )
-        jax.block_until_ready(trace.params)
-        row = self._row(trace, time.perf_counter() - start)
         row["bits_per_direction"] = trace.bits_per_message / cfg["num_directions"]
         row["bits_per_upload"] += 32  # the message id that names the directions
         return row
 
     def async_sgd(self, fraction, attack, rate) -> dict:
-        start = time.perf_counter()
-        trace = run_async(
-            self.loss,
-            self.params,
-            self.shards,
-            self.cluster(fraction),
+        return self._run(
+            run_async,
+            fraction,
+            attack,
             protocol="sgd",
-            attack=attack,
             events=self.events,
             record_every=self.events // CHECKPOINTS,
-            key=jax.random.key(1),
             learning_rate=rate,
-            num_classes=10,
-        )
-        jax.block_until_ready(trace.params)
-        return self._row(trace, time.perf_counter() - start)
+        )[1]
 
     def sync(self, aggregator, fraction, attack, rate, rounds, until=None) -> dict:
-        options = AGGREGATORS[aggregator]
         record = max(1, rounds // CHECKPOINTS)
-        rounds = record * math.ceil(rounds / record)
-        start = time.perf_counter()
-        trace = run_sync(
-            self.loss,
-            self.params,
-            self.shards,
-            self.cluster(fraction),
+        _, row = self._run(
+            run_sync,
+            fraction,
+            attack,
             aggregator=aggregator,
-            attack=attack,
-            rounds=rounds,
+            rounds=record * math.ceil(rounds / record),
             record_every=record,
-            key=jax.random.key(1),
             learning_rate=rate,
-            num_classes=10,
-            **options,
+            **AGGREGATORS[aggregator],
         )
-        jax.block_until_ready(trace.params)
-        row = self._row(trace, time.perf_counter() - start)
         if until is not None:  # the last checkpoint within the time budget
             times = np.asarray(row["time"])
             last = int(np.searchsorted(times, until, side="right")) - 1

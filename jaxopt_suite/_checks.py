@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import jax
@@ -19,3 +20,10 @@ def check_key(key: Any, name: str = "key") -> None:
         f"{name} must be a jax PRNG key such as jax.random.key(0), got {type(key).__name__} "
         f"with shape {getattr(key, 'shape', None)}"
     )
+
+
+def check_integer(name: str, value: Any, minimum: int = 0) -> int:
+    """``value`` as an int, or a ValueError unless it is an integer (not a bool) >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from jaxopt_suite._checks import check_integer
+
 AGGREGATORS = (
     "mean",
     "coordinate_median",
@@ -75,14 +77,8 @@ def stack(updates: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
     return jax.vmap(lambda u: ravel_pytree(u)[0])(updates), unravel
 
 
-def _num_workers(updates: Any) -> int:
-    return int(jnp.shape(jax.tree.leaves(updates)[0])[0])
-
-
 def _check_byzantine(name: str, n: int, f: Any, need: str) -> int:
-    if isinstance(f, bool) or not isinstance(f, numbers.Integral) or f < 0:
-        raise ValueError(f"num_byzantine must be an integer >= 0, got {f!r}")
-    f = int(f)
+    f = check_integer("num_byzantine", f, 0)
     ok = {"n > 2f": n > 2 * f, "n > 2f + 2": n > 2 * f + 2}[need]
     if not ok:
         raise ValueError(
@@ -180,16 +176,10 @@ def make_aggregator(
     function also takes ``center``."""
     if name not in AGGREGATORS:
         raise ValueError(f"aggregator must be one of {AGGREGATORS}, got {name!r}")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral):
-        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
-    n = int(num_workers)
+    n = check_integer("num_workers", num_workers, 1)
     need = TOLERANCE[name]
     if need is None:  # the mean: no tolerance to check, the count must still make sense
-        if isinstance(num_byzantine, bool) or not isinstance(num_byzantine, numbers.Integral):
-            raise ValueError(f"num_byzantine must be an integer >= 0, got {num_byzantine!r}")
-        if not 0 <= num_byzantine <= n:
+        if check_integer("num_byzantine", num_byzantine, 0) > n:
             raise ValueError(f"num_byzantine must lie in [0, {n}], got {num_byzantine}")
     else:
         _check_byzantine(name, n, num_byzantine, need)

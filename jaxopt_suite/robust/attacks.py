@@ -22,13 +22,14 @@ parameters:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtri
+
+from jaxopt_suite._checks import check_integer
 
 ATTACKS = ("none", "sign_flip", "gaussian", "label_flip", "alie", "ipm", "adaptive")
 
@@ -64,9 +65,8 @@ def make_attack(
     """The attack ``name`` of :data:`ATTACKS` for ``num_byzantine`` of ``num_workers``."""
     if name not in ATTACKS:
         raise ValueError(f"attack must be one of {ATTACKS}, got {name!r}")
-    for arg, value in (("num_workers", num_workers), ("num_byzantine", num_byzantine)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-            raise ValueError(f"{arg} must be an integer >= 0, got {value!r}")
+    check_integer("num_workers", num_workers, 0)
+    check_integer("num_byzantine", num_byzantine, 0)
     if not num_byzantine < num_workers:
         raise ValueError(
             f"num_byzantine must be < num_workers, got {num_byzantine} of {num_workers}"

@@ -50,7 +50,6 @@ inf``, ``sum beta^2 < inf``), so ``y`` sees a quasi-static ``x``.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -59,7 +58,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_key
+from jaxopt_suite._checks import check_integer, check_key
 from jaxopt_suite.robust.aggregators import stack
 from jaxopt_suite.zeroth_order._common import directional_differences, flat_plus, flat_view
 
@@ -219,12 +218,6 @@ class FarSignState(NamedTuple):
     key: jax.Array
 
 
-def _check_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def scale_by_far_sign(
     key, num_directions: int, beta: float | Schedule = 0.01
 ) -> optax.GradientTransformation:
@@ -242,7 +235,7 @@ def scale_by_far_sign(
     is the slow step once per round.
     """
     check_key(key)
-    K = _check_int("num_directions", num_directions)
+    K = check_integer("num_directions", num_directions, 1)
     beta_t = beta if callable(beta) else (lambda t: jnp.asarray(beta, jnp.float32))
 
     def init(params):

@@ -30,7 +30,6 @@ sends the negation of the honest mean's bits.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -39,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_key
+from jaxopt_suite._checks import check_integer, check_key
 from jaxopt_suite.robust import far_sign as fs
 from jaxopt_suite.robust.aggregators import make_aggregator
 from jaxopt_suite.robust.attacks import Attack, make_attack
@@ -65,13 +64,9 @@ class Cluster:
 
     def checked(self) -> Cluster:
         for name in ("num_workers", "batch_size", "honest_samples"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_integer(name, getattr(self, name), 1)
         for name in ("num_byzantine", "stragglers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+            check_integer(name, getattr(self, name), 0)
         if self.num_byzantine >= self.num_workers:
             raise ValueError(
                 f"num_byzantine must be < num_workers, got {self.num_byzantine} of "
@@ -120,6 +115,14 @@ class Trace(NamedTuple):
     checkpoint_time: jax.Array
     checkpoint_step: jax.Array
     bits_per_message: int
+
+
+def _check_steps(name: str, count, record_every) -> None:
+    """``count`` steps recorded every ``record_every``: both integers >= 1, a multiple."""
+    check_integer(name, count, 1)
+    check_integer("record_every", record_every, 1)
+    if count % record_every:
+        raise ValueError(f"{name} ({count}) must be a multiple of record_every ({record_every})")
 
 
 def _check_data(cluster, x, y):
@@ -175,11 +178,7 @@ def run_async(
     attack = _attack(attack, cluster, num_classes)
     if attack.opposes_bits and protocol == "sgd":
         raise ValueError("the direction-aware attack applies to FAR-SIGN messages only")
-    for name, value in (("events", events), ("record_every", record_every)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if events % record_every:
-        raise ValueError(f"events ({events}) must be a multiple of record_every ({record_every})")
+    _check_steps("events", events, record_every)
     x, y = _check_data(cluster, *data)
     flat0, unravel = ravel_pytree(params)
     D = flat0.shape[0]
@@ -377,11 +376,7 @@ def run_sync(
     attack = _attack(attack, cluster, num_classes)
     if attack.opposes_bits:
         raise ValueError("the direction-aware attack applies to FAR-SIGN messages only")
-    for name, value in (("rounds", rounds), ("record_every", record_every)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if rounds % record_every:
-        raise ValueError(f"rounds ({rounds}) must be a multiple of record_every ({record_every})")
+    _check_steps("rounds", rounds, record_every)
     n, f = cluster.num_workers, cluster.num_byzantine
     aggregate = make_aggregator(aggregator, num_workers=n, num_byzantine=f, **aggregator_options)
     x, y = _check_data(cluster, *data)
