@@ -13,12 +13,20 @@ the next event is the worker whose message finishes first; the server applies th
 then), and the worker starts its next message on the current parameters. Two protocols:
 ``far_sign`` (one-bit residual signs, :mod:`.far_sign`; the directions and residuals are
 fixed when a worker starts) and ``sgd`` (asynchronous SGD: full gradients, ``32 D`` bits).
+The arrival order does not depend on the parameters, so the loop first draws the schedule,
+then runs it in waves: events ``a .. a + m - 1`` whose workers all started at or before
+update ``a`` have their snapshots ready at ``a``, so up to ``parallel_events`` of them
+compute their messages together (the in-flight workers laid out over the devices when
+there are several, ``jax.sharding``) before the server applies them in arrival order. Every
+event draws its randomness from its index, so the trace is the same at any width. (Under
+``vmap`` a Byzantine branch is a select: with a width above one the attack's extra
+gradients are computed for every message of the wave.)
 
 Synchronous (:func:`run_sync`): every round all workers compute a gradient on the current
 parameters; the round lasts as long as its slowest worker; an aggregator of
 :mod:`.aggregators` combines the messages and the server takes ``x <- x - lr * update``.
 When several devices are present the workers' shards and per-round gradients are laid
-out over them (``jax.sharding``), one block of workers per device.
+out over them, one block of workers per device.
 
 Byzantine workers compute their honest message first (on flipped labels for
 ``label_flip``), then the attack of :mod:`.attacks` replaces it, with ``honest_samples``
@@ -163,6 +171,7 @@ def run_async(
     learning_rate: float | Callable = 0.05,
     smoothing: float = 1e-3,
     num_classes: int | None = None,
+    parallel_events: int | None = None,
 ) -> Trace:
     """Simulates ``events`` message arrivals of ``protocol`` (see the module docstring).
 
@@ -170,7 +179,11 @@ def run_async(
     shards with a leading worker axis. ``far_sign``: ``num_directions`` bits per message,
     step sizes ``alpha`` (slow) and ``beta`` (fast), numbers or schedules of the server's
     update count; ``far_sign_zo`` adds ``smoothing``; ``sgd``: ``learning_rate``.
-    ``num_classes`` is needed by the label-flip attack."""
+    ``num_classes`` is needed by the label-flip attack.
+
+    ``parallel_events`` (default: the number of local devices) is how many in-flight
+    messages are computed at once (see the module docstring); the trace does not depend on
+    it beyond float rounding. With several devices it must be a multiple of their count."""
     check_key(key)
     cluster = cluster.checked()
     if protocol not in PROTOCOLS:
@@ -190,9 +203,13 @@ def run_async(
         name: (value if callable(value) else (lambda t, v=float(value): jnp.float32(v)))
         for name, value in (("alpha", alpha), ("beta", beta), ("lr", learning_rate))
     }
+    if parallel_events is None:
+        parallel_events = len(jax.devices())
+    check_integer("parallel_events", parallel_events, 1)
     fn = _run_async_jit(
         loss_fn, unravel, cluster, protocol, attack, events, record_every, K, bits,
         schedule["alpha"], schedule["beta"], schedule["lr"], float(smoothing), num_classes,
+        int(parallel_events),
     )  # fmt: skip
     out = fn(flat0, x, y, key)
     return Trace(*out, bits_per_message=bits)
@@ -210,23 +227,70 @@ def _attack(attack, cluster, num_classes) -> Attack:
     return attack
 
 
-class _Workers(NamedTuple):
-    snapshot: jax.Array  # (n, D) parameters each worker started from
-    message_id: jax.Array  # (n,) directions of its message
-    residual: jax.Array  # (n, K) server projections sent with them
-    started: jax.Array  # (n,) server update count when it started
-    finish: jax.Array  # (n,) when its message arrives
-    drawn: jax.Array  # (n,) compute time drawn for it
+class _Schedule(NamedTuple):
+    """The event schedule, which does not depend on the parameters: per event, the
+    worker, its arrival clock, the server update count when it started (its snapshot's
+    version), the compute time drawn for it and its message id."""
+
+    worker: jax.Array
+    clock: jax.Array
+    started: jax.Array
+    drawn: jax.Array
+    message_id: jax.Array
+
+
+def _schedule(cluster: Cluster, upload, events: int, k_init, k_delay) -> _Schedule:
+    """Every worker starts at time 0; the next event is the earliest finish; the worker
+    then starts its next message (id ``n + e`` after event ``e``) at update count
+    ``e + 1``."""
+    n = cluster.num_workers
+    means = jnp.asarray(cluster.mean_times(), jnp.float32)
+    draws = jax.vmap(lambda i, k: _compute_time(cluster, means, i, k))(
+        jnp.arange(n), jax.random.split(k_init, n)
+    )
+
+    def step(carry, e):
+        finish, started, drawn, message_id = carry
+        i = jnp.argmin(finish)
+        clock = finish[i]
+        out = _Schedule(i.astype(jnp.int32), clock, started[i], drawn[i], message_id[i])
+        draw = _compute_time(cluster, means, i, jax.random.fold_in(k_delay, e))
+        carry = (
+            finish.at[i].set(clock + draw + upload),
+            started.at[i].set(e + 1),
+            drawn.at[i].set(draw),
+            message_id.at[i].set(n + e),
+        )
+        return carry, out
+
+    init = (draws + upload, jnp.zeros(n, jnp.int32), draws, jnp.arange(n, dtype=jnp.int32))
+    _, schedule = jax.lax.scan(step, init, jnp.arange(events, dtype=jnp.int32))
+    return schedule
+
+
+def _slot_sharding(width: int):
+    """A sharding of the ``width`` in-flight messages of a wave over the local devices, or
+    ``None`` with one device."""
+    devices = jax.devices()
+    if len(devices) < 2:
+        return None
+    if width % len(devices):
+        raise ValueError(
+            f"parallel_events ({width}) must be a multiple of the {len(devices)} devices"
+        )
+    mesh = jax.sharding.Mesh(np.array(devices), ("workers",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("workers"))
 
 
 def _run_async_jit(
     loss_fn, unravel, cluster, protocol, attack, events, record_every, K, bits,
-    alpha_t, beta_t, lr_t, smoothing, num_classes,
+    alpha_t, beta_t, lr_t, smoothing, num_classes, width,
 ):  # fmt: skip
     n, f = cluster.num_workers, cluster.num_byzantine
-    means = jnp.asarray(cluster.mean_times(), jnp.float32)
     upload = jnp.float32(bits * float(cluster.seconds_per_bit))
     is_far_sign = protocol != "sgd"
+    attacked = bool(f) and attack.name not in ("none", "label_flip")
+    sharding = _slot_sharding(width) if width > 1 else None
 
     def loss_flat(flat, batch):
         return loss_fn(unravel(flat), batch)
@@ -247,98 +311,110 @@ def _run_async_jit(
     @jax.jit
     def run(flat0, x, y, key):
         D = flat0.shape[0]
-        k_dirs, k_init, k_loop = jax.random.split(key, 3)
+        k_dirs, k_init, k_delay, k_events = jax.random.split(key, 4)
+        plan = _schedule(cluster, upload, events, k_init, k_delay)
         server = fs.server_init(unravel(flat0))
 
-        def assign(server, worker_ids, ids):
+        def dirs(message_id):
+            return fs.directions(k_dirs, message_id, D, K)
+
+        def assign(server, message_id):
             if not is_far_sign:
-                return jnp.zeros((worker_ids.shape[0], K), jnp.float32)
-            return jax.vmap(lambda i: fs.residual(server, fs.directions(k_dirs, i, D, K)))(ids)
+                return jnp.zeros(K, jnp.float32)
+            return fs.residual(server, dirs(message_id))
 
-        draws = jax.vmap(lambda i, k: _compute_time(cluster, means, i, k))(
-            jnp.arange(n), jax.random.split(k_init, n)
-        )
-        ids = jnp.arange(n, dtype=jnp.int32)
-        workers = _Workers(
-            snapshot=jnp.broadcast_to(flat0, (n, D)),
-            message_id=ids,
-            residual=assign(server, ids, ids),
-            started=jnp.zeros(n, jnp.int32),
-            finish=draws + upload,
-            drawn=draws,
-        )
-
-        def event(carry, event_key):
-            flat, server, workers, version = carry
-            i = jnp.argmin(workers.finish)
-            clock = workers.finish[i]
-            k_batch, k_attack, k_stats, k_delay = jax.random.split(event_key, 4)
+        def message(e, stale, r):
+            """Event ``e``'s message, computed on its worker's snapshot ``stale`` with the
+            residuals ``r`` it was sent: ``K`` bits (FAR-SIGN) or a gradient (SGD)."""
+            i = plan.worker[e]
+            k_batch, k_attack, k_stats = jax.random.split(jax.random.fold_in(k_events, e), 3)
             byzantine = i < f
-            stale = workers.snapshot[i]
             batch = _batch(cluster, x, y, i, k_batch, byzantine & attack.flips_labels, num_classes)
-            if is_far_sign:
-                d = fs.directions(k_dirs, workers.message_id[i], D, K)
-                r = workers.residual[i]
-                if protocol == "far_sign":
-                    honest = fs.worker_bits(grad_flat(stale, batch), d, r)
-                else:
-                    honest = fs.worker_bits_zo(
-                        lambda p: loss_fn(p, batch), unravel(stale), d, r, smoothing
-                    )
-
-                def byzantine_bits(_):
-                    stats = honest_stats(stale, x, y, k_stats)
-                    if attack.opposes_bits:
-                        return -fs.worker_bits(jnp.mean(stats, axis=0), d, r)
-                    own = grad_flat(stale, batch)
-                    return fs.worker_bits(attack.craft(k_attack, own, stats), d, r)
-
-                if f and attack.name not in ("none", "label_flip"):
-                    message = jax.lax.cond(byzantine, byzantine_bits, lambda _: honest, None)
-                else:
-                    message = honest
-                flat, server = fs.server_step(
-                    flat, server, d, message, alpha_t(version), beta_t(version)
-                )
-            else:
+            if not is_far_sign:
                 g = grad_flat(stale, batch)
+                if not attacked:
+                    return g
+                return jax.lax.cond(
+                    byzantine,
+                    lambda _: attack.craft(k_attack, g, honest_stats(stale, x, y, k_stats)),
+                    lambda _: g,
+                    None,
+                )
+            d = dirs(plan.message_id[e])
+            if protocol == "far_sign":
+                honest = fs.worker_bits(grad_flat(stale, batch), d, r)
+            else:
+                honest = fs.worker_bits_zo(
+                    lambda p: loss_fn(p, batch), unravel(stale), d, r, smoothing
+                )
+            if not attacked:
+                return honest
 
-                def byzantine_vector(_):
-                    stats = honest_stats(stale, x, y, k_stats)
-                    return attack.craft(k_attack, g, stats)
+            def byzantine_bits(_):
+                stats = honest_stats(stale, x, y, k_stats)
+                if attack.opposes_bits:
+                    return -fs.worker_bits(jnp.mean(stats, axis=0), d, r)
+                own = grad_flat(stale, batch)
+                return fs.worker_bits(attack.craft(k_attack, own, stats), d, r)
 
-                if f and attack.name not in ("none", "label_flip"):
-                    g = jax.lax.cond(byzantine, byzantine_vector, lambda _: g, None)
-                flat = flat - lr_t(version) * g
-            staleness = version - workers.started[i]
-            drawn = workers.drawn[i]
-            version = version + 1
-            # the worker starts its next message on the current parameters
-            next_id = (n + version - 1).astype(jnp.int32)
-            draw = _compute_time(cluster, means, i, k_delay)
-            workers = _Workers(
-                snapshot=workers.snapshot.at[i].set(flat),
-                message_id=workers.message_id.at[i].set(next_id),
-                residual=workers.residual.at[i].set(
-                    assign(server, next_id[None], next_id[None])[0]
-                ),
-                started=workers.started.at[i].set(version),
-                finish=workers.finish.at[i].set(clock + draw + upload),
-                drawn=workers.drawn.at[i].set(draw),
-            )
-            record = (clock, i.astype(jnp.int32), staleness, drawn)
-            return (flat, server, workers, version), record
+            return jax.lax.cond(byzantine, byzantine_bits, lambda _: honest, None)
 
-        def chunk(carry, chunk_key):
-            carry, records = jax.lax.scan(event, carry, jax.random.split(chunk_key, record_every))
-            return carry, (records, carry[0], records[0][-1], carry[3])
+        def wave(state, end):
+            """Events ``a .. a + m - 1``: every one started from a snapshot that exists at
+            ``a`` (started <= a), so their messages are computed together (over the
+            devices when there are several), then applied in arrival order."""
+            a, flat, server, snapshot, residual = state
+            slots = a + jnp.arange(width, dtype=jnp.int32)
+            idx = jnp.minimum(slots, events - 1)
+            ready = (plan.started[idx] <= a) & (slots < end)
+            m = jnp.sum(jnp.cumprod(ready.astype(jnp.int32)))
+            if width == 1:
+                messages = message(a, snapshot[plan.worker[a]], residual[plan.worker[a]])[None]
+            else:
+                stale, r = snapshot[plan.worker[idx]], residual[plan.worker[idx]]
+                if sharding is not None:
+                    stale = jax.lax.with_sharding_constraint(stale, sharding)
+                    r = jax.lax.with_sharding_constraint(r, sharding)
+                messages = jax.vmap(message)(idx, stale, r)
 
-        init = (flat0, server, workers, jnp.zeros((), jnp.int32))
-        _, (records, params, times, steps) = jax.lax.scan(
-            chunk, init, jax.random.split(k_loop, events // record_every)
+            def apply(j, inner):
+                flat, server, snapshot, residual = inner
+                e = a + j
+                i = plan.worker[e]
+                if is_far_sign:
+                    flat, server = fs.server_step(
+                        flat, server, dirs(plan.message_id[e]), messages[j], alpha_t(e),
+                        beta_t(e),
+                    )  # fmt: skip
+                else:
+                    flat = flat - lr_t(e) * messages[j]
+                # the worker starts its next message on the current parameters
+                snapshot = snapshot.at[i].set(flat)
+                residual = residual.at[i].set(assign(server, n + e))
+                return flat, server, snapshot, residual
+
+            inner = jax.lax.fori_loop(0, m, apply, (flat, server, snapshot, residual))
+            return (a + m, *inner)
+
+        def chunk(state, c):
+            end = (c + 1) * record_every
+            state = jax.lax.while_loop(lambda s: s[0] < end, lambda s: wave(s, end), state)
+            return state, (state[1], plan.clock[end - 1])
+
+        ids = jnp.arange(n, dtype=jnp.int32)
+        init = (
+            jnp.zeros((), jnp.int32),
+            flat0,
+            server,
+            jnp.broadcast_to(flat0, (n, D)),
+            jax.vmap(lambda i: assign(server, i))(ids),
         )
-        time, worker, staleness, drawn = (r.reshape(-1) for r in records)
-        return time, worker, staleness, drawn, params, times, steps
+        _, (params, times) = jax.lax.scan(
+            chunk, init, jnp.arange(events // record_every, dtype=jnp.int32)
+        )
+        staleness = jnp.arange(events, dtype=jnp.int32) - plan.started
+        steps = (jnp.arange(events // record_every, dtype=jnp.int32) + 1) * record_every
+        return plan.clock, plan.worker, staleness, plan.drawn, params, times, steps
 
     return run
 

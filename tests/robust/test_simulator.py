@@ -144,6 +144,42 @@ def test_far_sign_learns_with_30_percent_sign_flippers_and_is_deterministic(key)
     assert np.linalg.norm(np.asarray(sgd.params[-1]) - w) > 2.0 * np.linalg.norm(w)
 
 
+def _greedy_waves(staleness, width, record_every):
+    """Wave sizes by the rule of the module docstring, from a trace's staleness."""
+    started = np.arange(staleness.size) - staleness
+    sizes, a = [], 0
+    while a < staleness.size:
+        m = 1
+        while (
+            m < width and (a + m) % record_every and a + m < staleness.size and started[a + m] <= a
+        ):
+            m += 1
+        sizes.append(m)
+        a += m
+    return np.array(sizes)
+
+
+@pytest.mark.parametrize(
+    "protocol, attack", [("far_sign", "sign_flip"), ("far_sign", "alie"), ("sgd", "ipm")]
+)
+def test_messages_computed_in_waves_give_the_same_trace(key, protocol, attack):
+    data, _ = _regression(8)
+    cluster = Cluster(num_workers=8, num_byzantine=2, delay="exponential", batch_size=8)
+    kwargs = dict(
+        protocol=protocol, attack=attack, events=600, record_every=200, key=key,
+        num_directions=4, alpha=0.02, beta=0.02, learning_rate=0.02,
+    )  # fmt: skip
+    one = run_async(_loss, PARAMS, data, cluster, parallel_events=1, **kwargs)
+    four = run_async(_loss, PARAMS, data, cluster, parallel_events=4, **kwargs)
+    for field in ("time", "worker", "staleness", "compute_time", "checkpoint_step"):
+        assert np.array_equal(getattr(one, field), getattr(four, field)), field
+    np.testing.assert_allclose(four.params, one.params, rtol=1e-4, atol=1e-5)
+    assert np.linalg.norm(np.asarray(one.params[-1])) > 0.1  # it moved
+    # the waves are not trivial: most events share theirs with others
+    sizes = _greedy_waves(np.asarray(one.staleness), 4, 200)
+    assert sizes.sum() == 600 and sizes.mean() > 2.0
+
+
 def test_zeroth_order_far_sign_learns_without_adversaries(key):
     data, w = _regression(4)
     cluster = Cluster(num_workers=4, stragglers=0, batch_size=32)
@@ -232,6 +268,18 @@ def test_bad_input_is_named(key):
         )
     with pytest.raises(ValueError, match="multiple of record_every"):
         run_async(_loss, PARAMS, data, cluster, events=15, record_every=10, key=key)
+    with pytest.raises(ValueError, match="parallel_events must be an integer >= 1"):
+        run_async(
+            _loss,
+            PARAMS,
+            data,
+            cluster,
+            events=10,
+            record_every=10,
+            key=key,
+            parallel_events=0,
+            num_directions=4,
+        )
     with pytest.raises(ValueError, match="worker data must be"):
         run_async(_loss, PARAMS, _regression(3)[0], cluster, events=10, record_every=10, key=key)
     with pytest.raises(ValueError, match="FAR-SIGN messages only"):
@@ -292,6 +340,39 @@ def test_sync_workers_are_sharded_over_virtual_devices():
                      attack="alie", rounds=200, record_every=100, key=jax.random.key(0),
                      learning_rate=0.1)
         print(float(np.linalg.norm(np.asarray(t.params[-1]) - 1.0)))
+        """
+    )
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.strip().splitlines()[-1]) < 0.2
+
+
+def test_async_messages_are_sharded_over_virtual_devices():
+    script = textwrap.dedent(
+        """
+        import jax, numpy as np, pytest
+        import jax.numpy as jnp
+        from jaxopt_suite.robust.simulator import Cluster, run_async
+        assert len(jax.devices()) == 4
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(8, 64, 4)).astype(np.float32)
+        y = (x @ np.ones(4, np.float32)).astype(np.float32)
+        loss = lambda p, b: 0.5 * jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
+        cluster = Cluster(num_workers=8, num_byzantine=2, stragglers=0, batch_size=8)
+        kw = dict(protocol="far_sign", attack="sign_flip", events=2000, record_every=500,
+                  key=jax.random.key(0), num_directions=2, alpha=0.05, beta=0.05)
+        wide = run_async(loss, {"w": jnp.zeros(4)}, (x, y), cluster, **kw)  # width 4
+        one = run_async(loss, {"w": jnp.zeros(4)}, (x, y), cluster, parallel_events=1, **kw)
+        assert np.array_equal(wide.worker, one.worker)
+        np.testing.assert_allclose(wide.params, one.params, rtol=1e-4, atol=1e-5)
+        with pytest.raises(ValueError, match="multiple of the 4 devices"):
+            run_async(loss, {"w": jnp.zeros(4)}, (x, y), cluster, parallel_events=6, **kw)
+        print(float(np.linalg.norm(np.asarray(wide.params[-1]) - 1.0)))
         """
     )
     env = dict(
