@@ -1,0 +1,48 @@
+"""Eager argument checks at the Python boundary; errors name the argument, value and need."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+import numpy as np
+
+
+def check_kind(kind: str, valid: Collection[str], name: str = "kind") -> str:
+    if kind not in valid:
+        raise ValueError(f"{name}={kind!r} must be one of {sorted(valid)}")
+    return kind
+
+
+def check_nonnegative(value: float, name: str) -> float:
+    if not (isinstance(value, int | float | np.floating | np.integer) and math.isfinite(value)):
+        raise ValueError(f"{name}={value!r} must be a finite number >= 0")
+    if value < 0:
+        raise ValueError(f"{name}={value!r} must be >= 0")
+    return float(value)
+
+
+def check_positive(value: float, name: str) -> float:
+    if not (isinstance(value, int | float | np.floating | np.integer) and math.isfinite(value)):
+        raise ValueError(f"{name}={value!r} must be a finite number > 0")
+    if value <= 0:
+        raise ValueError(f"{name}={value!r} must be > 0")
+    return float(value)
+
+
+def check_points(points, name: str) -> np.ndarray:
+    """``points`` as a float32 ``(n, 2)`` array of finite xy coordinates, n >= 1."""
+    array = np.asarray(points, dtype=np.float32)
+    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] != 2:
+        raise ValueError(f"{name} must be xy points of shape (n, 2) with n >= 1, got {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite, got {array.tolist()}")
+    return array
+
+
+def check_point(point, name: str) -> np.ndarray:
+    """``point`` as a float32 ``(2,)`` array of finite xy coordinates."""
+    array = np.asarray(point, dtype=np.float32)
+    if array.shape != (2,) or not np.all(np.isfinite(array)):
+        raise ValueError(f"{name}={point!r} must be a finite xy point of shape (2,)")
+    return array

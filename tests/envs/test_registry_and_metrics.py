@@ -1,0 +1,100 @@
+"""Registry names and errors; episode statistics against numpy."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+
+EXPECTED_NAMES = {
+    "ant_velocity",
+    "halfcheetah_velocity",
+    "hopper_velocity",
+    "walker2d_velocity",
+    "ant_goal_hazards",
+    "point_goal_hazards",
+}
+
+
+def test_names():
+    assert EXPECTED_NAMES <= set(envs.names())
+    assert list(envs.names()) == sorted(envs.names())
+
+
+def test_unknown_name_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown environment name='pointgoal'") as error:
+        envs.make("pointgoal")
+    for name in envs.names():
+        assert name in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "message"),
+    [
+        ("point_goal_hazards", {"size": 0.0}, r"size=0.0 must be > 0"),
+        ("point_goal_hazards", {"size": -1}, r"size=-1 must be > 0"),
+        ("point_goal_hazards", {"kind": "hinge"}, r"kind='hinge' must be one of"),
+        ("point_goal_hazards", {"centres": [1.0, 2.0]}, r"centres must be xy points"),
+        ("point_goal_hazards", {"goal": (1.0, 2.0, 3.0)}, r"goal=\(1.0, 2.0, 3.0\) must be"),
+        ("point_goal_hazards", {"dt": 0.0}, r"dt=0.0 must be > 0"),
+        ("hopper_velocity", {"threshold": -0.5}, r"threshold=-0.5 must be >= 0"),
+        ("hopper_velocity", {"kind": "dense"}, r"kind='dense' must be one of"),
+        ("hopper_velocity", {"backend": "warp"}, r"backend='warp' must be one of"),
+        ("ant_goal_hazards", {"size": 0}, r"size=0 must be > 0"),
+    ],
+)
+def test_bad_options_name_the_argument(name, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        envs.make(name, **kwargs)
+
+
+def test_velocity_thresholds_are_safety_gymnasium_v1():
+    assert envs.VELOCITY_THRESHOLDS == {
+        "ant": 2.6222,
+        "halfcheetah": 3.2096,
+        "hopper": 0.7402,
+        "walker2d": 2.3415,
+    }
+
+
+def test_episode_statistics_match_numpy():
+    keys = jax.random.split(jax.random.key(11), 5)
+    shape = (50, 8)
+    episode_return = np.asarray(jax.random.normal(keys[0], shape)) * 10.0
+    episode_length = np.asarray(jax.random.randint(keys[1], shape, 1, 100)).astype(np.float32)
+    episode_cost = np.asarray(jax.random.uniform(keys[2], shape)) * episode_length
+    episode_max_cost = np.asarray(jax.random.uniform(keys[3], shape))
+    completed = np.asarray(jax.random.bernoulli(keys[4], 0.2, shape)).astype(np.float32)
+    # Unfinished entries may hold partial sums or garbage; they must not leak into the means.
+    episode_return[completed == 0] = np.nan
+    stats = jax.jit(envs.episode_statistics)(
+        episode_return, episode_cost, episode_max_cost, episode_length, completed, 0.7
+    )
+    done = completed == 1
+    expected = {
+        "EpRet": episode_return[done].mean(),
+        "EpCost": episode_cost[done].mean(),
+        "EpMaxCost": episode_max_cost[done].mean(),
+        "EpLen": episode_length[done].mean(),
+        "CostRate": episode_cost[done].sum() / episode_length[done].sum(),
+        "ViolationProbability": (episode_max_cost[done] > 0.7).mean(),
+        "NumEpisodes": done.sum(),
+    }
+    assert set(stats) == set(expected)
+    for name, value in expected.items():
+        assert stats[name].shape == () and stats[name].dtype == jnp.float32
+        np.testing.assert_allclose(stats[name], value, rtol=1e-5, err_msg=name)
+
+
+def test_episode_statistics_without_episodes_are_nan():
+    zeros = jnp.zeros((4,))
+    stats = envs.episode_statistics(zeros, zeros, zeros, zeros, zeros, 0.0)
+    assert stats["NumEpisodes"] == 0 and np.isnan(stats["EpRet"])
+
+
+def test_episode_statistics_check_shapes():
+    with pytest.raises(ValueError, match=r"episode_length must have the shape of completed"):
+        envs.episode_statistics(
+            jnp.zeros(4), jnp.zeros(4), jnp.zeros(4), jnp.zeros(3), jnp.zeros(4), 0.0
+        )
