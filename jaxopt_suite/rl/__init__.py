@@ -1,5 +1,11 @@
 """Reinforcement learning: the shared pieces (GAE, the trust-region step of CPO and its
-relatives) and the safe-RL algorithms built on them."""
+relatives), exported here, and the safe-RL algorithms built on them, which need the ``rl``
+extra (Brax, flax, orbax) and are imported from their modules:
+
+* :mod:`.constrained`: ``cpo``, ``scpo``, ``ascpo`` (``TrustRegionConfig``, ``make_train``);
+* :mod:`.ppo_lagrangian`: ``ppo_lagrangian`` and ASCPO's PPO-clip variant ``ppo_ascpo``;
+* :mod:`.training`: checkpoints and resume, the progress bar, deterministic evaluation.
+"""
 
 from jaxopt_suite.rl.gae import gae
 from jaxopt_suite.rl.trust_region import (

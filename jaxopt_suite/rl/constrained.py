@@ -1,0 +1,261 @@
+"""CPO, SCPO and ASCPO: one trust-region training loop, three constraints.
+
+Every iteration rolls out ``num_envs x unroll_length`` steps, fits the reward critic and
+the cost critic (Adam, full batch), and takes one CPO step (:mod:`.trust_region`) on the
+policy:
+
+* ``cpo`` (Achiam et al., 2017): the per-step cost, discounted by ``cost_discount``;
+  ``c = mean(EpCost) - cost_limit``; ``S`` the mean cost advantage per episode.
+* ``scpo`` (Zhao et al., "State-wise constrained policy optimization", 2023): the same
+  update on the maximum MDP: the cost is the max-cost increment (undiscounted), so
+  ``c = mean(EpMaxCost) - cost_limit``, an expectation constraint on the episode's max
+  state-wise cost.
+* ``ascpo`` (arXiv 2410.01212): the maximum MDP with the absolute bound of :mod:`.ascpo`.
+
+``make_train(config, env)(key)`` is one jitted ``lax.scan`` over the iterations, so it
+``vmap``s over seeds. ``env`` is an environment of :mod:`envs` (per-step ``cost`` and
+``cost_increment`` in its info); the loop wraps it for training (episodes of
+``episode_length`` steps, automatic resets). All methods see the same observations (with
+the running max cost appended).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.flatten_util import ravel_pytree
+
+from envs import wrap_for_training
+from jaxopt_suite._checks import check_integer
+from jaxopt_suite.rl import ascpo
+from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_kl, gaussian_log_prob
+from jaxopt_suite.rl.normalization import init_stats, update_stats
+from jaxopt_suite.rl.rollout import (
+    EpisodeStats,
+    Prepared,
+    Transition,
+    episode_stats,
+    latest_stats,
+    prepare,
+    rollout,
+)
+from jaxopt_suite.rl.training import Params, Trainer, TrainResult, check_env, train_function
+from jaxopt_suite.rl.trust_region import (
+    backtracking_line_search,
+    conjugate_gradient,
+    cpo_direction,
+    fisher_vector_product,
+)
+
+ALGORITHMS = ("ascpo", "scpo", "cpo")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrustRegionConfig:
+    """Settings of :func:`make_train` (defaults: the ASCPO code's, ``notes/rl.md``, except
+    the batch and the iteration counts, sized for a CPU)."""
+
+    algorithm: str = "ascpo"
+    cost_limit: float = 0.0
+    num_envs: int = 16
+    episode_length: int = 200
+    unroll_length: int = 200
+    iterations: int = 50
+    discount: float = 0.99
+    gae_lambda: float = 0.97
+    cost_discount: float = 0.99  # cpo only: scpo and ascpo sum the increments undiscounted
+    cost_gae_lambda: float = 0.95
+    max_kl: float = 0.02
+    cg_iterations: int = 20
+    cg_damping: float = 0.01
+    backtrack_decay: float = 0.8
+    max_backtracks: int = 50
+    critic_learning_rate: float = 1e-3
+    critic_steps: int = 80
+    k: float = 7.0
+    omega1: float = 0.005
+    omega2: float = 0.007
+    hidden: tuple[int, ...] = (64, 64)
+    normalize_observations: bool = True
+
+    def checked(self) -> TrustRegionConfig:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        for name in ("num_envs", "episode_length", "unroll_length", "iterations",
+                     "cg_iterations", "max_backtracks", "critic_steps"):  # fmt: skip
+            check_integer(name, getattr(self, name), 1)
+        for name in ("cost_limit", "k", "omega1", "omega2", "cg_damping"):
+            if not float(getattr(self, name)) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("max_kl", "critic_learning_rate"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("discount", "gae_lambda", "cost_discount", "cost_gae_lambda",
+                     "backtrack_decay"):  # fmt: skip
+            if not 0 < float(getattr(self, name)) <= 1:
+                raise ValueError(f"{name} must lie in (0, 1], got {getattr(self, name)!r}")
+        return self
+
+
+class _Carry(NamedTuple):
+    params: Params
+    reward_opt: Any
+    cost_opt: Any
+    env_state: Any
+    last: EpisodeStats  # the latest batch that finished an episode
+
+
+def make_train(
+    config: TrustRegionConfig,
+    env,
+    *,
+    progress: Callable[[Any, dict], None] | None = None,
+) -> Callable[[jax.Array], TrainResult]:
+    """``train(key) -> TrainResult``: :func:`make_trainer`'s iterations in one ``lax.scan``
+    (:func:`.training.train_function`; ``progress(iteration, metrics)`` on the host after
+    each)."""
+    return train_function(make_trainer(config, env), progress)
+
+
+def make_trainer(config: TrustRegionConfig, env) -> Trainer:
+    """The algorithm's :class:`.training.Trainer` on ``env`` (see the module docstring)."""
+    config = config.checked()
+    check_env(env)
+    train_env = wrap_for_training(env, episode_length=config.episode_length)
+    obs_size, action_size = env.observation_size, env.action_size
+    policy = GaussianPolicy(action_size, config.hidden)
+    reward_critic = ValueNetwork(config.hidden)
+    cost_critic = ValueNetwork(config.hidden, nonnegative=True)
+    critic_optimizer = optax.adam(config.critic_learning_rate)
+    on_max_mdp = config.algorithm != "cpo"
+    cost_discount = 1.0 if on_max_mdp else config.cost_discount
+    episodes = config.num_envs * config.unroll_length / config.episode_length
+
+    def fit_critic(network, params, opt_state, obs, targets, weights):
+        def loss(p):
+            return jnp.sum(weights * (network.apply(p, obs) - targets) ** 2) / jnp.sum(weights)
+
+        def step(carry, _):
+            p, s = carry
+            updates, s = critic_optimizer.update(jax.grad(loss)(p), s, p)
+            return (optax.apply_updates(p, updates), s), None
+
+        (params, opt_state), _ = jax.lax.scan(
+            step, (params, opt_state), None, length=config.critic_steps
+        )
+        return params, opt_state
+
+    def policy_step(params: Params, batch: Transition, data: Prepared, c):
+        weights, obs = data.weights, data.obs
+        total = jnp.sum(weights)
+        old_mean, old_log_std = policy.apply(params.policy, obs)
+        flat0, unravel = ravel_pytree(params.policy)
+
+        def evaluate(flat):
+            mean, log_std = policy.apply(unravel(flat), obs)
+            ratio = jnp.exp(gaussian_log_prob(mean, log_std, batch.action) - batch.log_prob)
+            loss = -jnp.sum(weights * ratio * data.reward_advantage) / total
+            if config.algorithm == "ascpo":
+                cost = ascpo.surrogate(
+                    ratio, data.cost_advantage, data.cost_td, data.cost_values, weights,
+                    episodes, k=config.k, omega1=config.omega1, omega2=config.omega2,
+                )  # fmt: skip
+            else:
+                cost = jnp.sum(weights * ratio * data.cost_advantage) / episodes
+            kl = jnp.sum(weights * gaussian_kl(old_mean, old_log_std, mean, log_std)) / total
+            return loss, cost, kl
+
+        g = jax.grad(lambda f: evaluate(f)[0])(flat0)
+        b = jax.grad(lambda f: evaluate(f)[1])(flat0)
+        fvp = fisher_vector_product(
+            lambda p: evaluate(ravel_pytree(p)[0])[2], params.policy, damping=config.cg_damping
+        )
+        hinv_g = conjugate_gradient(fvp, g, max_iterations=config.cg_iterations).x
+        hinv_b = conjugate_gradient(fvp, b, max_iterations=config.cg_iterations).x
+        direction = cpo_direction(g, b, c, hinv_g, hinv_b, max_kl=config.max_kl)
+        search = backtracking_line_search(
+            evaluate, flat0, direction, c, max_kl=config.max_kl,
+            decay=config.backtrack_decay, max_backtracks=config.max_backtracks,
+        )  # fmt: skip
+        _, _, kl = evaluate(search.params)
+        info = {"case": direction.case, "accepted": search.accepted,
+                "backtracks": search.backtracks, "kl": kl}  # fmt: skip
+        return unravel(search.params), info
+
+    def iteration(carry: _Carry, key):
+        params = carry.params
+        env_state, batch = rollout(
+            train_env, policy.apply, params.policy, params.obs_stats, carry.env_state, key,
+            config.unroll_length,
+        )  # fmt: skip
+        stats = episode_stats(batch, config.cost_limit)
+        last = latest_stats(stats, carry.last)
+        data = prepare(
+            batch, env_state.obs, params.obs_stats,
+            lambda o: reward_critic.apply(params.reward_critic, o),
+            lambda o: cost_critic.apply(params.cost_critic, o),
+            on_max_mdp=on_max_mdp, discount=config.discount, gae_lambda=config.gae_lambda,
+            cost_discount=cost_discount, cost_gae_lambda=config.cost_gae_lambda,
+        )  # fmt: skip
+        if config.algorithm == "cpo":
+            c = last.episode_cost - config.cost_limit
+        elif config.algorithm == "scpo":
+            c = last.episode_max_cost - config.cost_limit
+        else:
+            c = ascpo.constraint_value(
+                last.episode_max_cost, jnp.sqrt(last.max_cost_variance), config.cost_limit, config.k
+            )
+        new_policy, info = policy_step(params, batch, data, c)
+        reward_params, reward_opt = fit_critic(
+            reward_critic, params.reward_critic, carry.reward_opt, data.obs, data.reward_target,
+            data.weights,
+        )  # fmt: skip
+        cost_params, cost_opt = fit_critic(
+            cost_critic, params.cost_critic, carry.cost_opt, data.obs, data.cost_target,
+            data.weights,
+        )  # fmt: skip
+        obs_stats = (
+            update_stats(params.obs_stats, batch.obs)
+            if config.normalize_observations
+            else params.obs_stats
+        )
+        new = Params(new_policy, reward_params, cost_params, obs_stats)
+        metrics = {
+            "episodes": stats.count,
+            "episode_return": last.episode_return,
+            "episode_cost": last.episode_cost,
+            "episode_max_cost": last.episode_max_cost,
+            "cost_rate": last.cost_rate,
+            "violation": last.violation,
+            "constraint": c,
+            **info,
+        }
+        return _Carry(new, reward_opt, cost_opt, env_state, last), metrics
+
+    def init(key: jax.Array) -> _Carry:
+        k_env, k_policy, k_reward, k_cost = jax.random.split(key, 4)
+        env_state = train_env.reset(jax.random.split(k_env, config.num_envs))
+        dummy = jnp.zeros((1, obs_size))
+        params = Params(
+            policy.init(k_policy, dummy),
+            reward_critic.init(k_reward, dummy),
+            cost_critic.init(k_cost, dummy),
+            init_stats(obs_size),
+        )
+        zero = jnp.zeros(())
+        return _Carry(
+            params,
+            critic_optimizer.init(params.reward_critic),
+            critic_optimizer.init(params.cost_critic),
+            env_state,
+            EpisodeStats(zero, zero, zero, zero, zero, zero, zero),
+        )
+
+    return Trainer(
+        init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size
+    )

@@ -1,0 +1,248 @@
+"""PPO-Lagrangian, and the PPO-clip variant of ASCPO.
+
+PPO-clip (Schulman et al., 2017) on the Lagrangian ``L = -J_R + lambda (J_C - d)``, the
+multiplier updated by projected gradient ascent ``lambda <- max(0, lambda + lr_lambda (J_C -
+d))`` after each batch (Ray et al., "Benchmarking safe exploration in deep RL", 2019):
+
+* ``ppo_lagrangian``: ``J_C`` the episode cost (the per-step cost, discounted by
+  ``cost_discount`` in the advantages), ``d = cost_limit``;
+* ``ppo_ascpo`` (the ASCPO code's ``pascpo``): on the maximum MDP, ``J_C`` the absolute
+  bound ``mean(D_max) + k std(D_max)`` and the cost term of the loss ASCPO's surrogate
+  (:mod:`.ascpo`) with clipped ratios.
+
+The loss is divided by ``1 + lambda`` so the step size does not grow with the multiplier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from envs import wrap_for_training
+from jaxopt_suite._checks import check_integer
+from jaxopt_suite.rl import ascpo
+from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_log_prob
+from jaxopt_suite.rl.normalization import init_stats, update_stats
+from jaxopt_suite.rl.rollout import EpisodeStats, episode_stats, latest_stats, prepare, rollout
+from jaxopt_suite.rl.training import Params, Trainer, TrainResult, check_env, train_function
+
+VARIANTS = ("ppo_lagrangian", "ppo_ascpo")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOLagrangianConfig:
+    """Settings of :func:`make_train`."""
+
+    variant: str = "ppo_lagrangian"
+    cost_limit: float = 0.0
+    num_envs: int = 16
+    episode_length: int = 200
+    unroll_length: int = 200
+    iterations: int = 50
+    discount: float = 0.99
+    gae_lambda: float = 0.97
+    cost_discount: float = 0.99  # ppo_lagrangian only
+    cost_gae_lambda: float = 0.95
+    clip: float = 0.2
+    learning_rate: float = 3e-4
+    epochs: int = 10
+    minibatches: int = 8
+    lagrange_learning_rate: float = 0.05
+    lagrange_init: float = 0.0
+    k: float = 7.0
+    omega1: float = 0.005
+    omega2: float = 0.007
+    hidden: tuple[int, ...] = (64, 64)
+    normalize_observations: bool = True
+
+    def checked(self) -> PPOLagrangianConfig:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        for name in ("num_envs", "episode_length", "unroll_length", "iterations", "epochs",
+                     "minibatches"):  # fmt: skip
+            check_integer(name, getattr(self, name), 1)
+        if (self.num_envs * self.unroll_length) % self.minibatches:
+            raise ValueError(
+                f"minibatches ({self.minibatches}) must divide num_envs * unroll_length "
+                f"({self.num_envs * self.unroll_length})"
+            )
+        for name in ("cost_limit", "k", "omega1", "omega2", "lagrange_init",
+                     "lagrange_learning_rate"):  # fmt: skip
+            if not float(getattr(self, name)) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("clip", "learning_rate"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("discount", "gae_lambda", "cost_discount", "cost_gae_lambda"):
+            if not 0 < float(getattr(self, name)) <= 1:
+                raise ValueError(f"{name} must lie in (0, 1], got {getattr(self, name)!r}")
+        return self
+
+
+class _Carry(NamedTuple):
+    params: Params
+    opt_state: Any
+    lagrange: jax.Array
+    env_state: Any
+    last: EpisodeStats
+
+
+def make_train(
+    config: PPOLagrangianConfig,
+    env,
+    *,
+    progress: Callable[[Any, dict], None] | None = None,
+) -> Callable[[jax.Array], TrainResult]:
+    """``train(key) -> TrainResult``: :func:`make_trainer`'s iterations in one ``lax.scan``
+    (:func:`.training.train_function`; ``progress(iteration, metrics)`` on the host after
+    each)."""
+    return train_function(make_trainer(config, env), progress)
+
+
+def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
+    """The algorithm's :class:`.training.Trainer` on ``env`` (see the module docstring)."""
+    config = config.checked()
+    check_env(env)
+    train_env = wrap_for_training(env, episode_length=config.episode_length)
+    obs_size, action_size = env.observation_size, env.action_size
+    policy = GaussianPolicy(action_size, config.hidden)
+    reward_critic = ValueNetwork(config.hidden)
+    cost_critic = ValueNetwork(config.hidden, nonnegative=True)
+    optimizer = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(config.learning_rate))
+    on_max_mdp = config.variant == "ppo_ascpo"
+    cost_discount = 1.0 if on_max_mdp else config.cost_discount
+    batch_size = config.num_envs * config.unroll_length
+    episodes_per_minibatch = batch_size / config.minibatches / config.episode_length
+
+    def loss_fn(nets, lagrange, data):
+        obs, action, old_log_prob, adv_r, adv_c, td_c, target_r, target_c, weights = data
+        policy_params, reward_params, cost_params = nets
+        total = jnp.maximum(jnp.sum(weights), 1.0)
+        mean, log_std = policy.apply(policy_params, obs)
+        ratio = jnp.exp(gaussian_log_prob(mean, log_std, action) - old_log_prob)
+        clipped = jnp.clip(ratio, 1.0 - config.clip, 1.0 + config.clip)
+        reward_term = jnp.sum(weights * jnp.minimum(ratio * adv_r, clipped * adv_r)) / total
+        # the pessimistic side for the cost: the larger of the two
+        if on_max_mdp:
+            values_c = jax.lax.stop_gradient(cost_critic.apply(cost_params, obs))
+
+            def surrogate(r):
+                return ascpo.surrogate(
+                    r, adv_c, td_c, values_c, weights, episodes_per_minibatch,
+                    k=config.k, omega1=config.omega1, omega2=config.omega2,
+                )  # fmt: skip
+
+            # per sample, like the expected-cost term: S counts per episode
+            cost_term = jnp.maximum(surrogate(ratio), surrogate(clipped))
+            cost_term = cost_term * episodes_per_minibatch / total
+        else:
+            cost_term = jnp.sum(weights * jnp.maximum(ratio * adv_c, clipped * adv_c)) / total
+        policy_loss = (-reward_term + lagrange * cost_term) / (1.0 + lagrange)
+        value_loss = jnp.sum(weights * (reward_critic.apply(reward_params, obs) - target_r) ** 2)
+        cost_loss = jnp.sum(weights * (cost_critic.apply(cost_params, obs) - target_c) ** 2)
+        return policy_loss + 0.5 * (value_loss + cost_loss) / total
+
+    def iteration(carry: _Carry, key):
+        params = carry.params
+        k_roll, k_perm = jax.random.split(key)
+        env_state, batch = rollout(
+            train_env, policy.apply, params.policy, params.obs_stats, carry.env_state, k_roll,
+            config.unroll_length,
+        )  # fmt: skip
+        stats = episode_stats(batch, config.cost_limit)
+        last = latest_stats(stats, carry.last)
+        data = prepare(
+            batch, env_state.obs, params.obs_stats,
+            lambda o: reward_critic.apply(params.reward_critic, o),
+            lambda o: cost_critic.apply(params.cost_critic, o),
+            on_max_mdp=on_max_mdp, discount=config.discount, gae_lambda=config.gae_lambda,
+            cost_discount=cost_discount, cost_gae_lambda=config.cost_gae_lambda,
+        )  # fmt: skip
+
+        if on_max_mdp:
+            excess = ascpo.constraint_value(
+                last.episode_max_cost, jnp.sqrt(last.max_cost_variance), config.cost_limit, config.k
+            )
+        else:
+            excess = last.episode_cost - config.cost_limit
+        lagrange = carry.lagrange
+
+        flat = jax.tree.map(
+            lambda x: x.reshape(batch_size, *x.shape[2:]),
+            (
+                data.obs,
+                batch.action,
+                batch.log_prob,
+                data.reward_advantage,
+                data.cost_advantage,
+                data.cost_td,
+                data.reward_target,
+                data.cost_target,
+                data.weights,
+            ),
+        )
+        nets = (params.policy, params.reward_critic, params.cost_critic)
+
+        def epoch(state, epoch_key):
+            perm = jax.random.permutation(epoch_key, batch_size)
+            shuffled = jax.tree.map(
+                lambda x: x[perm].reshape(config.minibatches, -1, *x.shape[1:]), flat
+            )
+
+            def minibatch(state, data):
+                nets, opt_state = state
+                grads = jax.grad(loss_fn)(nets, lagrange, data)
+                updates, opt_state = optimizer.update(grads, opt_state, nets)
+                return (optax.apply_updates(nets, updates), opt_state), None
+
+            return jax.lax.scan(minibatch, state, shuffled)[0], None
+
+        (nets, opt_state), _ = jax.lax.scan(
+            epoch, (nets, carry.opt_state), jax.random.split(k_perm, config.epochs)
+        )
+        # the multiplier follows the constraint after the step, from this batch's episodes
+        lagrange = jnp.maximum(0.0, lagrange + config.lagrange_learning_rate * excess)
+        obs_stats = (
+            update_stats(params.obs_stats, batch.obs)
+            if config.normalize_observations
+            else params.obs_stats
+        )
+        new = Params(*nets, obs_stats)
+        metrics = {
+            "episodes": stats.count,
+            "episode_return": last.episode_return,
+            "episode_cost": last.episode_cost,
+            "episode_max_cost": last.episode_max_cost,
+            "cost_rate": last.cost_rate,
+            "violation": last.violation,
+            "constraint": excess,
+            "lagrange": lagrange,
+        }
+        return _Carry(new, opt_state, lagrange, env_state, last), metrics
+
+    def init(key: jax.Array) -> _Carry:
+        k_env, k_policy, k_reward, k_cost = jax.random.split(key, 4)
+        env_state = train_env.reset(jax.random.split(k_env, config.num_envs))
+        dummy = jnp.zeros((1, obs_size))
+        nets = (
+            policy.init(k_policy, dummy),
+            reward_critic.init(k_reward, dummy),
+            cost_critic.init(k_cost, dummy),
+        )
+        zero = jnp.zeros(())
+        return _Carry(
+            Params(*nets, init_stats(obs_size)),
+            optimizer.init(nets),
+            jnp.float32(config.lagrange_init),
+            env_state,
+            EpisodeStats(zero, zero, zero, zero, zero, zero, zero),
+        )
+
+    return Trainer(
+        init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size
+    )

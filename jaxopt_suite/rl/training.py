@@ -1,0 +1,229 @@
+"""What every safe-RL algorithm here shares around its iteration: the training scan, a
+progress bar, orbax checkpoints with resume, and evaluation with the deterministic policy.
+
+An algorithm is a :class:`Trainer`: ``init(key) -> carry`` and ``step(carry, key) ->
+(carry, metrics)``, pure and jit-able. :func:`train_function` makes the one-scan
+``train(key) -> TrainResult`` (``jit`` and ``vmap`` over seeds); :func:`train_with_checkpoints`
+runs the same iterations in chunks, saving the carry after each and resuming from the
+latest checkpoint in its directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxopt_suite.rl.networks import GaussianPolicy
+from jaxopt_suite.rl.normalization import RunningStats
+from jaxopt_suite.rl.rollout import episode_stats, rollout
+
+
+class Params(NamedTuple):
+    policy: Any
+    reward_critic: Any
+    cost_critic: Any
+    obs_stats: RunningStats
+
+
+class TrainResult(NamedTuple):
+    """The final parameters and, per iteration, the metrics (arrays ``[iterations]``)."""
+
+    params: Params
+    metrics: dict[str, jax.Array]
+
+
+class Trainer(NamedTuple):
+    """An algorithm's iteration (see the module docstring); ``params(carry)`` reads the
+    parameters out of a carry."""
+
+    init: Callable[[jax.Array], Any]
+    step: Callable[[Any, jax.Array], tuple[Any, dict]]
+    params: Callable[[Any], Params]
+    iterations: int
+    observation_size: int
+    action_size: int
+
+
+def check_env(env) -> None:
+    """The algorithms need the per-step cost and the max-cost increment in ``state.info``:
+    an environment from :func:`envs.make` (with ``max_cost=True``, the default)."""
+    from envs import CostWrapper, MaxCostWrapper
+
+    layers, layer = [], env
+    while layer is not None:
+        layers.append(layer)
+        layer = getattr(layer, "env", None)
+    for needed in (CostWrapper, MaxCostWrapper):
+        if not any(isinstance(x, needed) for x in layers):
+            raise ValueError(
+                f"env must carry a {needed.__name__} (build it with envs.make(name), "
+                f"max_cost=True); its wrappers are {[type(x).__name__ for x in layers]}"
+            )
+
+
+def _scan(trainer: Trainer, carry, keys, first: int | jax.Array, progress):
+    def body(carry, inputs):
+        i, key = inputs
+        carry, metrics = trainer.step(carry, key)
+        if progress is not None:
+            jax.debug.callback(progress, i, metrics)
+        return carry, metrics
+
+    iterations = first + jnp.arange(keys.shape[0])
+    return jax.lax.scan(body, carry, (iterations, keys))
+
+
+def train_function(
+    trainer: Trainer, progress: Callable[[Any, dict], None] | None = None
+) -> Callable[[jax.Array], TrainResult]:
+    """``train(key)``: ``trainer.iterations`` iterations in one ``lax.scan``.
+    ``progress(iteration, metrics)`` runs on the host after each (``jax.debug.callback``;
+    under ``vmap`` it sees the seeds' values stacked)."""
+
+    def train(key: jax.Array) -> TrainResult:
+        k_init, k_loop = jax.random.split(key)
+        carry = trainer.init(k_init)
+        carry, metrics = _scan(
+            trainer, carry, jax.random.split(k_loop, trainer.iterations), 0, progress
+        )
+        return TrainResult(trainer.params(carry), metrics)
+
+    return train
+
+
+class ProgressBar:
+    """A rich progress bar for ``progress=``, showing the latest return and max cost::
+
+    with ProgressBar(config.iterations) as bar:
+        result = jax.jit(make_train(config, env, progress=bar))(key)
+    """
+
+    def __init__(self, total: int, description: str = "training"):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        self._bar = Progress(
+            "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), "{task.fields[status]}",
+        )  # fmt: skip
+        self._task = self._bar.add_task(description, total=total, status="")
+
+    def __enter__(self) -> ProgressBar:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.stop()
+
+    def __call__(self, iteration, metrics: dict) -> None:
+        ret = float(np.mean(metrics["episode_return"]))
+        max_cost = float(np.mean(metrics["episode_max_cost"]))
+        self._bar.update(
+            self._task,
+            completed=int(np.max(iteration)) + 1,
+            status=f"EpRet {ret:.3g}  EpMaxCost {max_cost:.3g}",
+        )
+
+
+def train_with_checkpoints(
+    trainer: Trainer,
+    key: jax.Array,
+    directory: str | Path,
+    *,
+    every: int,
+    progress: Callable[[Any, dict], None] | None = None,
+    max_to_keep: int = 2,
+) -> TrainResult:
+    """The iterations of ``train_function(trainer)(key)``, in jitted chunks of ``every``,
+    with the carry and the metrics so far saved (orbax) after each chunk; when
+    ``directory`` holds checkpoints, training resumes after the latest. The result equals
+    an uninterrupted run's. A checkpoint written for other observation or action sizes is
+    refused with a ``ValueError``."""
+    import orbax.checkpoint as ocp
+
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ValueError(f"every must be an integer >= 1, got {every!r}")
+    directory = Path(directory).absolute()
+    shapes = {"observation_size": trainer.observation_size, "action_size": trainer.action_size}
+    manager = ocp.CheckpointManager(
+        directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep)
+    )
+    latest = manager.latest_step()
+    if latest is not None:
+        meta = manager.restore(latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        saved = {name: meta.meta[name] for name in shapes}
+        if saved != shapes:
+            raise ValueError(
+                f"the checkpoint in {directory} was written for {saved}, but this trainer has "
+                f"{shapes}: the observation or action sizes do not match"
+            )
+    k_init, k_loop = jax.random.split(key)
+    carry = trainer.init(k_init)
+    keys = jax.random.split(k_loop, trainer.iterations)
+    metrics = jax.tree.map(
+        lambda x: jnp.zeros((trainer.iterations, *x.shape), x.dtype),
+        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry, keys[0]),
+    )
+    done = 0
+    if latest is not None:
+        state = manager.restore(
+            latest,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore({"carry": carry, "metrics": metrics})
+            ),
+        ).state
+        carry, metrics, done = state["carry"], state["metrics"], latest
+
+    @jax.jit
+    def chunk(carry, keys, first):
+        return _scan(trainer, carry, keys, first, progress)
+
+    try:
+        while done < trainer.iterations:
+            stop = min(done + every, trainer.iterations)
+            carry, part = chunk(carry, keys[done:stop], done)
+            metrics = jax.tree.map(
+                lambda m, p, d=done: m.at[d : d + p.shape[0]].set(p), metrics, part
+            )
+            done = stop
+            manager.save(
+                done,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave({"carry": carry, "metrics": metrics}),
+                    meta=ocp.args.JsonSave({**shapes, "iterations": done}),
+                ),
+            )
+    finally:  # the last save completes even when a later chunk fails
+        manager.wait_until_finished()
+        manager.close()
+    return TrainResult(trainer.params(carry), metrics)
+
+
+def evaluate(
+    env,
+    params: Params,
+    key: jax.Array,
+    *,
+    num_envs: int,
+    episode_length: int,
+    cost_limit: float,
+    hidden: tuple[int, ...] = (64, 64),
+) -> dict[str, jax.Array]:
+    """Rollouts of the deterministic (mean) policy: ``num_envs`` environments for
+    ``episode_length`` steps; the statistics of the episodes that ended (every environment
+    ends at least one: the time limit)."""
+    from envs import wrap_for_training
+
+    train_env = wrap_for_training(env, episode_length=episode_length)
+    policy = GaussianPolicy(env.action_size, hidden)
+    k_reset, k_roll = jax.random.split(key)
+    state = train_env.reset(jax.random.split(k_reset, num_envs))
+    _, batch = rollout(
+        train_env, policy.apply, params.policy, params.obs_stats, state, k_roll, episode_length,
+        deterministic=True,
+    )  # fmt: skip
+    return episode_stats(batch, cost_limit)._asdict()

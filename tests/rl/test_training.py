@@ -1,0 +1,124 @@
+"""Training on the tiny point task: ASCPO brings the max cost under the limit; checkpoints
+resume to the uninterrupted result; evaluation; bad input."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+import envs
+from jaxopt_suite.rl import ascpo
+from jaxopt_suite.rl.constrained import TrustRegionConfig, make_train, make_trainer
+from jaxopt_suite.rl.ppo_lagrangian import PPOLagrangianConfig
+from jaxopt_suite.rl.ppo_lagrangian import make_train as make_ppo_train
+from jaxopt_suite.rl.training import evaluate, train_function, train_with_checkpoints
+
+LIMIT = 0.05
+CONFIG = TrustRegionConfig(
+    algorithm="ascpo",
+    cost_limit=LIMIT,
+    num_envs=16,
+    episode_length=100,
+    unroll_length=100,
+    iterations=90,
+    k=2.0,
+)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return envs.make("point_goal_hazards")
+
+
+@pytest.fixture(scope="module")
+def ascpo_run(env):
+    train = jax.jit(jax.vmap(make_train(CONFIG, env)))
+    return train(jax.random.split(jax.random.key(0), 2))
+
+
+def test_ascpo_lowers_the_max_cost_below_the_limit(ascpo_run):
+    m = {name: np.asarray(v) for name, v in ascpo_run.metrics.items()}
+    assert m["episode_max_cost"].shape == (2, CONFIG.iterations)
+    # the shortest way to the goal crosses the hazards: early on most episodes violate
+    assert (m["violation"][:, :40].max(axis=1) > 0.5).all()
+    # the last five iterations: the absolute bound holds, no episode violates
+    tail = slice(-5, None)
+    assert (m["violation"][:, tail] <= 0.05).all()
+    bound = m["episode_max_cost"][:, tail]
+    assert (bound <= LIMIT).all()
+    # ... and the goal is still reached (return of a straight run is about 2.8)
+    assert (m["episode_return"][:, tail] > 2.0).all()
+    # every iteration took a trust-region step the line search accepted
+    assert m["accepted"].all()
+
+
+def test_evaluation_with_the_deterministic_policy(env, ascpo_run):
+    params = jax.tree.map(lambda x: x[0], ascpo_run.params)
+    stats = jax.jit(
+        lambda p, k: evaluate(env, p, k, num_envs=8, episode_length=100, cost_limit=LIMIT)
+    )(params, jax.random.key(3))
+    assert float(stats["count"]) >= 8
+    assert float(stats["violation"]) <= 0.125
+    assert float(stats["episode_return"]) > 2.0
+
+
+def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
+    config = dataclasses.replace(CONFIG, iterations=6, num_envs=4, unroll_length=50,
+                                 episode_length=50, critic_steps=5)  # fmt: skip
+    trainer = make_trainer(config, env)
+    key = jax.random.key(1)
+    reference = jax.jit(train_function(trainer))(key)
+
+    class Stop(Exception):
+        pass
+
+    def interrupt(iteration, metrics):
+        if int(iteration) == 4:
+            raise Stop
+
+    with pytest.raises(Exception):  # noqa: B017  (jax wraps the callback's exception)
+        train_with_checkpoints(trainer, key, tmp_path, every=3, progress=interrupt)
+    saved = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
+    assert saved == [3]
+    resumed = train_with_checkpoints(trainer, key, tmp_path, every=3)
+    for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(reference), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # a trainer with another observation size refuses the directory
+    wider = envs.MaxCostWrapper(envs.make("point_goal_hazards"))
+    with pytest.raises(ValueError, match="observation or action sizes do not match"):
+        train_with_checkpoints(make_trainer(config, wider), key, tmp_path, every=3)
+
+
+def test_ppo_lagrangian_runs_and_raises_its_multiplier_when_violating(env):
+    config = PPOLagrangianConfig(
+        cost_limit=0.0, num_envs=8, episode_length=50, unroll_length=50, iterations=12,
+        epochs=2, minibatches=4,
+    )  # fmt: skip
+    result = jax.jit(make_ppo_train(config, env))(jax.random.key(0))
+    lagrange = np.asarray(result.metrics["lagrange"])
+    excess = np.asarray(result.metrics["constraint"])
+    # projected ascent from lambda = 0: lambda_t = max(0, lambda_{t-1} + lr * excess_t)
+    previous = 0.0
+    for t in range(config.iterations):
+        previous = max(0.0, previous + config.lagrange_learning_rate * excess[t])
+        np.testing.assert_allclose(lagrange[t], previous, rtol=1e-5, atol=1e-7)
+    # with a zero limit, once episodes touch the hazards the multiplier rises
+    assert (excess > 0).any() and lagrange[-1] > 0
+
+
+def test_the_certificate_and_bad_input(env):
+    assert ascpo.certificate(7.0) == pytest.approx(0.02)
+    assert ascpo.certificate(np.sqrt(19.0)) == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="cost_limit must be >= 0"):
+        make_train(dataclasses.replace(CONFIG, cost_limit=-1.0), env)
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        make_train(dataclasses.replace(CONFIG, k=-2.0), env)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        make_train(dataclasses.replace(CONFIG, algorithm="trpo"), env)
+    with pytest.raises(ValueError, match="cost_limit must be >= 0"):
+        make_ppo_train(PPOLagrangianConfig(cost_limit=-0.1), env)
+    with pytest.raises(ValueError, match="must carry a MaxCostWrapper"):
+        make_train(CONFIG, envs.make("point_goal_hazards", max_cost=False))
+    with pytest.raises(ValueError, match="every must be an integer >= 1"):
+        train_with_checkpoints(make_trainer(CONFIG, env), jax.random.key(0), "/tmp/x", every=0)
