@@ -13,6 +13,7 @@ SUITES = {
     "online_bilevel": "benchmarks.online_bilevel",
     "pwl": "benchmarks.pwl",
     "robust": "benchmarks.robust",
+    "safe_rl": "benchmarks.safe_rl",
     "zo": "benchmarks.zo",
 }
 

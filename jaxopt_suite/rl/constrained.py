@@ -71,12 +71,14 @@ class TrustRegionConfig:
     cost_discount: float = 0.99  # cpo only: scpo and ascpo sum the increments undiscounted
     cost_gae_lambda: float = 0.95
     max_kl: float = 0.02
-    cg_iterations: int = 20
+    cg_iterations: int = 10
+    fisher_subsample: int = 5  # the Fisher-vector products use every 5th sample
     cg_damping: float = 0.01
     backtrack_decay: float = 0.8
     max_backtracks: int = 50
     critic_learning_rate: float = 1e-3
     critic_steps: int = 80
+    critic_batch_size: int = 256
     k: float = 7.0
     omega1: float = 0.005
     omega2: float = 0.007
@@ -87,7 +89,8 @@ class TrustRegionConfig:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         for name in ("num_envs", "episode_length", "unroll_length", "iterations",
-                     "cg_iterations", "max_backtracks", "critic_steps"):  # fmt: skip
+                     "cg_iterations", "fisher_subsample", "max_backtracks", "critic_steps",
+                     "critic_batch_size"):  # fmt: skip
             check_integer(name, getattr(self, name), 1)
         for name in ("cost_limit", "k", "omega1", "omega2", "cg_damping"):
             if not float(getattr(self, name)) >= 0:
@@ -136,17 +139,25 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
     cost_discount = 1.0 if on_max_mdp else config.cost_discount
     episodes = config.num_envs * config.unroll_length / config.episode_length
 
-    def fit_critic(network, params, opt_state, obs, targets, weights):
-        def loss(p):
-            return jnp.sum(weights * (network.apply(p, obs) - targets) ** 2) / jnp.sum(weights)
+    def fit_critic(network, params, opt_state, obs, targets, weights, key):
+        """``critic_steps`` Adam steps, each on ``critic_batch_size`` samples drawn with
+        replacement (the samples are weighted, truncated steps by 0)."""
+        obs = obs.reshape(-1, obs.shape[-1])
+        targets, weights = targets.reshape(-1), weights.reshape(-1)
 
-        def step(carry, _):
+        def loss(p, idx):
+            w = weights[idx]
+            error = network.apply(p, obs[idx]) - targets[idx]
+            return jnp.sum(w * error**2) / jnp.maximum(jnp.sum(w), 1.0)
+
+        def step(carry, step_key):
             p, s = carry
-            updates, s = critic_optimizer.update(jax.grad(loss)(p), s, p)
+            idx = jax.random.randint(step_key, (config.critic_batch_size,), 0, targets.shape[0])
+            updates, s = critic_optimizer.update(jax.grad(loss)(p, idx), s, p)
             return (optax.apply_updates(p, updates), s), None
 
         (params, opt_state), _ = jax.lax.scan(
-            step, (params, opt_state), None, length=config.critic_steps
+            step, (params, opt_state), jax.random.split(key, config.critic_steps)
         )
         return params, opt_state
 
@@ -172,9 +183,19 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
 
         g = jax.grad(lambda f: evaluate(f)[0])(flat0)
         b = jax.grad(lambda f: evaluate(f)[1])(flat0)
-        fvp = fisher_vector_product(
-            lambda p: evaluate(ravel_pytree(p)[0])[2], params.policy, damping=config.cg_damping
-        )
+        # the Fisher matrix from a subsample (as OpenAI baselines' TRPO does): the products
+        # are the costliest part of the step, and the curvature needs fewer samples
+        every = config.fisher_subsample
+        sub_obs = obs.reshape(-1, obs.shape[-1])[::every]
+        sub_weights = weights.reshape(-1)[::every]
+        sub_mean, sub_log_std = policy.apply(params.policy, sub_obs)
+
+        def sub_kl(p):
+            mean, log_std = policy.apply(p, sub_obs)
+            kl = gaussian_kl(sub_mean, sub_log_std, mean, log_std)
+            return jnp.sum(sub_weights * kl) / jnp.maximum(jnp.sum(sub_weights), 1.0)
+
+        fvp = fisher_vector_product(sub_kl, params.policy, damping=config.cg_damping)
         hinv_g = conjugate_gradient(fvp, g, max_iterations=config.cg_iterations).x
         hinv_b = conjugate_gradient(fvp, b, max_iterations=config.cg_iterations).x
         direction = cpo_direction(g, b, c, hinv_g, hinv_b, max_kl=config.max_kl)
@@ -189,6 +210,7 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
 
     def iteration(carry: _Carry, key):
         params = carry.params
+        key, k_reward, k_cost = jax.random.split(key, 3)
         env_state, batch = rollout(
             train_env, policy.apply, params.policy, params.obs_stats, carry.env_state, key,
             config.unroll_length,
@@ -213,11 +235,11 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
         new_policy, info = policy_step(params, batch, data, c)
         reward_params, reward_opt = fit_critic(
             reward_critic, params.reward_critic, carry.reward_opt, data.obs, data.reward_target,
-            data.weights,
+            data.weights, k_reward,
         )  # fmt: skip
         cost_params, cost_opt = fit_critic(
             cost_critic, params.cost_critic, carry.cost_opt, data.obs, data.cost_target,
-            data.weights,
+            data.weights, k_cost,
         )  # fmt: skip
         obs_stats = (
             update_stats(params.obs_stats, batch.obs)

@@ -1,0 +1,296 @@
+"""Suite ``safe_rl``: ASCPO against SCPO, CPO and PPO-Lagrangian on state-wise constrained
+Brax tasks.
+
+Tasks (``envs.make``; 200-step episodes), each with its state-wise limit ``w`` on the
+episode's max cost:
+
+* ``point_goal_hazards``: the pure-JAX point mass, dense hazard cost ``(size - dist)+``,
+  ``w = 0.05``;
+* ``hopper_velocity`` and ``walker2d_velocity`` (Brax, ``spring``): hinge cost ``(|vx| -
+  v_max)+`` with Safety-Gymnasium's ``v_max``, ``w = 0.25`` (m/s above the limit).
+
+Every algorithm trains ``SEEDS`` seeds (``vmap``) for the same number of iterations of
+``num_envs x 200`` steps. ASCPO and SCPO constrain the max cost (``w``); CPO and
+PPO-Lagrangian constrain the episode's summed cost, with the same number ``w`` as their
+limit (their standard form); ``ppo_ascpo`` is ASCPO's PPO-clip variant. At the end each
+seed's deterministic policy is evaluated on ``EVAL_ENVS`` episodes: the violation rate is
+``P(EpMaxCost > w)`` over all seeds' episodes.
+
+Throughput: ASCPO's training steps per second (learner included, compile excluded) against
+random-action stepping of the same environment, the same batch (``num_envs x SEEDS``) and
+backend in one ``lax.scan`` (median of ``REPEATS``), in the same run.
+
+Targets: ASCPO's violation rate <= 5% on every task, and lower than PPO-Lagrangian's,
+CPO's and SCPO's, with return >= 80% of PPO-Lagrangian's; throughput >= 0.5x random
+stepping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import envs
+from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target
+from jaxopt_suite.rl import ascpo
+from jaxopt_suite.rl.constrained import TrustRegionConfig, make_trainer
+from jaxopt_suite.rl.ppo_lagrangian import PPOLagrangianConfig
+from jaxopt_suite.rl.ppo_lagrangian import make_trainer as make_ppo_trainer
+from jaxopt_suite.rl.training import evaluate, train_function
+
+EPISODE = 200
+SEEDS = 3
+EVAL_ENVS = 64
+REPEATS = 3
+K = 4.36  # ASCPO's bound: mean + k std of the max cost; Cantelli: P(violation) <= 5%
+MAX_KL = 0.05  # every trust-region method's KL radius
+TASKS = {
+    "point_goal_hazards": {"kwargs": {}, "limit": 0.05, "num_envs": 16, "iterations": 100},
+    "hopper_velocity": {"kwargs": {"kind": "hinge"}, "limit": 0.25, "num_envs": 32,
+                        "iterations": 150},
+    "walker2d_velocity": {"kwargs": {"kind": "hinge"}, "limit": 0.25, "num_envs": 32,
+                          "iterations": 150},
+}  # fmt: skip
+QUICK_TASKS = {"point_goal_hazards": TASKS["point_goal_hazards"]}
+ALGORITHMS = ("ascpo", "scpo", "cpo", "ppo_lagrangian", "ppo_ascpo")
+# the throughput target is on the Brax simulators: the point task's step is a few flops,
+# so any learner dominates it (its ratio is reported)
+BRAX_TASKS = ("hopper_velocity", "walker2d_velocity")
+QUICK_THROUGHPUT = "hopper_velocity"
+THROUGHPUT_ITERATIONS = 10
+
+
+def _trainer(algorithm: str, env, task: dict):
+    common = dict(
+        cost_limit=task["limit"],
+        num_envs=task["num_envs"],
+        episode_length=EPISODE,
+        unroll_length=EPISODE,
+        iterations=task["iterations"],
+        k=K,
+    )
+    if algorithm.startswith("ppo"):
+        return make_ppo_trainer(PPOLagrangianConfig(variant=algorithm, **common), env)
+    return make_trainer(TrustRegionConfig(algorithm=algorithm, max_kl=MAX_KL, **common), env)
+
+
+def _timed(fn, *args) -> tuple[object, float, float]:
+    """``(output, compile seconds, run seconds)`` of ``jax.jit(fn)(*args)``."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))
+    return out, compile_seconds, time.perf_counter() - start
+
+
+def _random_steps_per_second(env, batch: int) -> float:
+    train_env = envs.wrap_for_training(env, episode_length=EPISODE)
+
+    def run(key):
+        state = train_env.reset(jax.random.split(key, batch))
+
+        def step(state, k):
+            action = jax.random.uniform(k, (batch, env.action_size), minval=-1.0, maxval=1.0)
+            state = train_env.step(state, action)
+            return state, state.reward
+
+        return jax.lax.scan(step, state, jax.random.split(key, EPISODE))[1]
+
+    compiled = jax.jit(run).lower(jax.random.key(0)).compile()
+    times = []
+    for r in range(REPEATS):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(jax.random.key(r)))
+        times.append(time.perf_counter() - start)
+    return batch * EPISODE / float(np.median(times))
+
+
+def _run_algorithm(algorithm, env, task) -> dict:
+    trainer = _trainer(algorithm, env, task)
+    keys = jax.random.split(jax.random.key(0), SEEDS)
+    result, compile_s, run_s = _timed(jax.vmap(train_function(trainer)), keys)
+    hidden = TrustRegionConfig().hidden
+
+    def evaluation(params, key):
+        return evaluate(env, params, key, num_envs=EVAL_ENVS, episode_length=EPISODE,
+                        cost_limit=task["limit"], hidden=hidden)  # fmt: skip
+
+    stats = jax.jit(jax.vmap(evaluation))(
+        result.params, jax.random.split(jax.random.key(100), SEEDS)
+    )
+    metrics = {k: np.asarray(v, np.float64) for k, v in result.metrics.items()}
+    counts = np.asarray(stats["count"], np.float64)
+    pooled = {
+        name: float(np.sum(np.asarray(stats[name], np.float64) * counts) / np.sum(counts))
+        for name in ("episode_return", "episode_cost", "episode_max_cost", "violation")
+    }
+    steps = SEEDS * task["num_envs"] * EPISODE * task["iterations"]
+    return {
+        "curves": {
+            name: metrics[name].mean(axis=0).tolist()
+            for name in ("episode_return", "episode_max_cost", "violation", "episode_cost")
+        },
+        "evaluation": pooled,
+        "evaluation_per_seed": {k: np.asarray(v).tolist() for k, v in stats.items()},
+        "final_training_violation": float(metrics["violation"][:, -5:].mean()),
+        "compile_seconds": compile_s,
+        "train_seconds": run_s,
+        "train_steps_per_second": steps / run_s,
+    }
+
+
+def _throughput_only(name: str, task: dict) -> dict:
+    """ASCPO's training steps/s on a Brax task for a few iterations (the quick run's
+    throughput check), next to random stepping of the same batch."""
+    env = envs.make(name, **task["kwargs"])
+    task = dict(task, iterations=THROUGHPUT_ITERATIONS)
+    trainer = _trainer("ascpo", env, task)
+    keys = jax.random.split(jax.random.key(0), SEEDS)
+    _, _, run_s = _timed(jax.vmap(train_function(trainer)), keys)
+    steps = SEEDS * task["num_envs"] * EPISODE * task["iterations"]
+    return {
+        "train_steps_per_second": steps / run_s,
+        "random_steps_per_second": _random_steps_per_second(env, task["num_envs"] * SEEDS),
+        "iterations": task["iterations"],
+    }
+
+
+def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
+    tasks = QUICK_TASKS if quick else TASKS
+    results: dict = {}
+    units = len(tasks) * (len(ALGORITHMS) + 1) + (1 if quick else 0)
+    with progress.stage("safe_rl: tasks x algorithms", units) as advance:
+        for name, task in tasks.items():
+            env = envs.make(name, **task["kwargs"])
+            cell = results.setdefault(name, {})
+            cell["random_steps_per_second"] = _random_steps_per_second(
+                env, task["num_envs"] * SEEDS
+            )
+            advance()
+            for algorithm in ALGORITHMS:
+                cell[algorithm] = _run_algorithm(algorithm, env, task)
+                advance()
+        throughput = {
+            name: {
+                "train_steps_per_second": results[name]["ascpo"]["train_steps_per_second"],
+                "random_steps_per_second": results[name]["random_steps_per_second"],
+                "iterations": tasks[name]["iterations"],
+            }
+            for name in tasks
+            if name in BRAX_TASKS
+        }
+        if quick:
+            throughput[QUICK_THROUGHPUT] = _throughput_only(
+                QUICK_THROUGHPUT, TASKS[QUICK_THROUGHPUT]
+            )
+            advance()
+    results["throughput"] = throughput
+    return _summarise(results, tasks, quick, out_dir)
+
+
+def _summarise(results, tasks, quick, out_dir) -> SuiteResult:
+    summary, worst_violation, margins, return_ratios = [], [], [], []
+    for name in tasks:
+        cell = results[name]
+        ours = cell["ascpo"]["evaluation"]
+        worst_violation.append(100 * ours["violation"])
+        others = [cell[a]["evaluation"]["violation"] for a in ("ppo_lagrangian", "cpo", "scpo")]
+        margins.append(100 * (min(others) - ours["violation"]))
+        lag = cell["ppo_lagrangian"]["evaluation"]["episode_return"]
+        return_ratios.append(ours["episode_return"] / lag if lag > 0 else float("nan"))
+        for algorithm in ALGORITHMS:
+            ev = cell[algorithm]["evaluation"]
+            lag_violation = 100 * cell["ppo_lagrangian"]["evaluation"]["violation"]
+            summary.append(SummaryRow(algorithm, f"{name}: violation %", 100 * ev["violation"],
+                                      "PPO-Lagrangian", lag_violation))  # fmt: skip
+            summary.append(SummaryRow(algorithm, f"{name}: return", ev["episode_return"],
+                                      "PPO-Lagrangian", lag))  # fmt: skip
+        summary.append(SummaryRow("ascpo", f"{name}: training env steps/s",
+                                  cell["ascpo"]["train_steps_per_second"], "random actions",
+                                  cell["random_steps_per_second"]))  # fmt: skip
+    throughput = []
+    for name, row in results["throughput"].items():
+        throughput.append(row["train_steps_per_second"] / row["random_steps_per_second"])
+        if name not in tasks:
+            summary.append(SummaryRow("ascpo", f"{name}: training env steps/s "
+                                      f"({row['iterations']} iterations)",
+                                      row["train_steps_per_second"], "random actions",
+                                      row["random_steps_per_second"]))  # fmt: skip
+    note = (
+        f"quick run: point task, {QUICK_TASKS['point_goal_hazards']['iterations']} iterations; "
+        f"throughput on {QUICK_THROUGHPUT} ({THROUGHPUT_ITERATIONS} iterations)"
+        if quick
+        else ""
+    )
+    targets = [
+        Target.evaluate(
+            "ASCPO violation rate % (deterministic policy), worst task",
+            max(worst_violation),
+            5.0,
+            "<=",
+            note,
+        ),  # fmt: skip
+        Target.evaluate(
+            "min(PPO-Lag, CPO, SCPO) - ASCPO violation rate (points), worst task",
+            min(margins),
+            0.0,
+            ">",
+            note,
+        ),  # fmt: skip
+        Target.evaluate(
+            "ASCPO return / PPO-Lagrangian's, worst task", min(return_ratios), 0.8, ">=", note
+        ),  # fmt: skip
+        Target.evaluate(
+            "ASCPO training env steps/s / random-action stepping, worst task",
+            min(throughput),
+            0.5,
+            ">=",
+            note,
+        ),  # fmt: skip
+    ]
+    parameters = {
+        "tasks": {name: {k: v for k, v in task.items()} for name, task in tasks.items()},
+        "episode_length": EPISODE,
+        "seeds": SEEDS,
+        "evaluation_episodes_per_seed": EVAL_ENVS,
+        "algorithms": list(ALGORITHMS),
+        "ascpo_k": K,
+        "ascpo_certificate": ascpo.certificate(K),
+        "trust_region": dataclasses.asdict(TrustRegionConfig()),
+        "ppo_lagrangian": dataclasses.asdict(PPOLagrangianConfig()),
+        "backends": envs.DEFAULT_BACKENDS,
+    }
+    plot = out_dir / "safe_rl.png"
+    _plot(results, plot)
+    return SuiteResult("safe_rl", quick, parameters, results, summary, targets, plot)
+
+
+def _plot(results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = ("episode_return", "episode_max_cost", "violation")
+    columns = len(results) - 1  # every task, not the throughput entry
+    fig, axes = plt.subplots(len(rows), columns, figsize=(5 * columns, 10),
+                             squeeze=False)  # fmt: skip
+    cells = [(name, cell) for name, cell in results.items() if name != "throughput"]
+    for column, (name, cell) in enumerate(cells):
+        for row, metric in enumerate(rows):
+            ax = axes[row, column]
+            for algorithm in ALGORITHMS:
+                curve = cell[algorithm]["curves"][metric]
+                ax.plot(np.arange(1, len(curve) + 1), curve, label=algorithm)
+            ax.set_xlabel("iteration")
+            ax.set_ylabel(metric)
+        axes[0, column].set_title(name)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
