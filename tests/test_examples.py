@@ -80,3 +80,12 @@ def test_far_sign_beats_a_robust_aggregator_at_equal_simulated_time_under_alie()
     assert out["far_sign"] > 0.8
     assert out["far_sign"] > out["trimmed_mean"]
     assert out["bits"]["far_sign"] * 100 < out["bits"]["async_sgd"]
+
+
+def test_ascpo_violates_less_than_scpo_on_the_point_task(tmp_path):
+    example = _load("ascpo_point")
+    out = example.main(["--quick", "--checkpoints", str(tmp_path)])
+    assert out["ascpo"]["violation"] <= 0.05
+    assert out["ascpo"]["violation"] < out["scpo"]["violation"]
+    assert out["ascpo"]["return"] > 2.0  # the goal is still reached
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed0", "seed1"]
