@@ -246,7 +246,7 @@ def _summarise(results, tasks, quick, out_dir) -> SuiteResult:
             "ASCPO return / PPO-Lagrangian's, worst task", min(return_ratios), 0.8, ">=", note
         ),  # fmt: skip
         Target.evaluate(
-            "ASCPO training env steps/s / random-action stepping, worst task",
+            "ASCPO training env steps/s / random-action stepping, worst Brax task",
             min(throughput),
             0.5,
             ">=",
