@@ -10,7 +10,9 @@ d))`` after each batch (Ray et al., "Benchmarking safe exploration in deep RL", 
   bound ``mean(D_max) + k std(D_max)`` and the cost term of the loss ASCPO's surrogate
   (:mod:`.ascpo`) with clipped ratios.
 
-The loss is divided by ``1 + lambda`` so the step size does not grow with the multiplier.
+The loss is divided by ``1 + lambda`` so the step size does not grow with the multiplier,
+and the cost advantages are standardised like the reward's (OmniSafe's default), so the
+multiplier weighs advantages of one scale.
 """
 
 from __future__ import annotations
@@ -172,6 +174,11 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
             excess = last.episode_cost - config.cost_limit
         lagrange = carry.lagrange
 
+        # standardised like the reward's (OmniSafe's default for its Lagrangian PPO): the
+        # multiplier then trades advantages of one scale instead of fighting the cost's units
+        total = jnp.sum(data.weights)
+        spread = jnp.sqrt(jnp.sum(data.weights * data.cost_advantage**2) / total)
+        cost_advantage = data.cost_advantage / (spread + 1e-8)
         flat = jax.tree.map(
             lambda x: x.reshape(batch_size, *x.shape[2:]),
             (
@@ -179,7 +186,7 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
                 batch.action,
                 batch.log_prob,
                 data.reward_advantage,
-                data.cost_advantage,
+                cost_advantage,
                 data.cost_td,
                 data.reward_target,
                 data.cost_target,
