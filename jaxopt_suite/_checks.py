@@ -27,3 +27,26 @@ def check_integer(name: str, value: Any, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_settings(
+    config,
+    *,
+    integers: tuple[str, ...] = (),
+    nonnegative: tuple[str, ...] = (),
+    positive: tuple[str, ...] = (),
+    unit: tuple[str, ...] = (),
+) -> None:
+    """The named fields of ``config``: integers >= 1, numbers >= 0, numbers > 0, numbers in
+    ``(0, 1]``; a ``ValueError`` naming the first that is not."""
+    for name in integers:
+        check_integer(name, getattr(config, name), 1)
+    for names, ok, expected in (
+        (nonnegative, lambda v: v >= 0, "be >= 0"),
+        (positive, lambda v: v > 0, "be > 0"),
+        (unit, lambda v: 0 < v <= 1, "lie in (0, 1]"),
+    ):
+        for name in names:
+            value = getattr(config, name)
+            if not ok(float(value)):  # NaN fails every comparison
+                raise ValueError(f"{name} must {expected}, got {value!r}")

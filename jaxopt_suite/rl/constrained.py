@@ -31,20 +31,27 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from envs import wrap_for_training
-from jaxopt_suite._checks import check_integer
+from jaxopt_suite._checks import check_settings
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_kl, gaussian_log_prob
-from jaxopt_suite.rl.normalization import init_stats, update_stats
 from jaxopt_suite.rl.rollout import (
     EpisodeStats,
     Prepared,
     Transition,
-    episode_stats,
-    latest_stats,
-    prepare,
-    rollout,
 )
-from jaxopt_suite.rl.training import Params, Trainer, TrainResult, check_env, train_function
+from jaxopt_suite.rl.training import (
+    Params,
+    Trainer,
+    TrainResult,
+    check_env,
+    collect,
+    constraint_value,
+    init_params,
+    iteration_metrics,
+    next_obs_stats,
+    no_episodes,
+    train_function,
+)
 from jaxopt_suite.rl.trust_region import (
     backtracking_line_search,
     conjugate_gradient,
@@ -53,6 +60,7 @@ from jaxopt_suite.rl.trust_region import (
 )
 
 ALGORITHMS = ("ascpo", "scpo", "cpo")
+CONSTRAINTS = {"cpo": "cost", "scpo": "max_cost", "ascpo": "bound"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,20 +99,16 @@ class TrustRegionConfig:
     def checked(self) -> TrustRegionConfig:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-        for name in ("num_envs", "episode_length", "unroll_length", "iterations",
-                     "cg_iterations", "fisher_subsample", "max_backtracks", "critic_steps",
-                     "critic_batch_size"):  # fmt: skip
-            check_integer(name, getattr(self, name), 1)
-        for name in ("cost_limit", "k", "omega1", "omega2", "cg_damping"):
-            if not float(getattr(self, name)) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        for name in ("max_kl", "critic_learning_rate"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("discount", "gae_lambda", "cost_discount", "cost_gae_lambda",
-                     "backtrack_decay"):  # fmt: skip
-            if not 0 < float(getattr(self, name)) <= 1:
-                raise ValueError(f"{name} must lie in (0, 1], got {getattr(self, name)!r}")
+        check_settings(
+            self,
+            integers=("num_envs", "episode_length", "unroll_length", "iterations",
+                      "cg_iterations", "fisher_subsample", "max_backtracks", "critic_steps",
+                      "critic_batch_size"),
+            nonnegative=("cost_limit", "k", "omega1", "omega2", "cg_damping"),
+            positive=("max_kl", "critic_learning_rate"),
+            unit=("discount", "gae_lambda", "cost_discount", "cost_gae_lambda",
+                  "backtrack_decay"),
+        )  # fmt: skip
         return self
 
 
@@ -214,27 +218,11 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
     def iteration(carry: _Carry, key):
         params = carry.params
         key, k_reward, k_cost = jax.random.split(key, 3)
-        env_state, batch = rollout(
-            train_env, policy.apply, params.policy, params.obs_stats, carry.env_state, key,
-            config.unroll_length,
+        env_state, batch, stats, last, data = collect(
+            train_env, policy, reward_critic, cost_critic, params, carry.env_state, carry.last,
+            key, config, on_max_mdp=on_max_mdp, cost_discount=cost_discount,
         )  # fmt: skip
-        stats = episode_stats(batch, config.cost_limit)
-        last = latest_stats(stats, carry.last)
-        data = prepare(
-            batch, env_state.obs, params.obs_stats,
-            lambda o: reward_critic.apply(params.reward_critic, o),
-            lambda o: cost_critic.apply(params.cost_critic, o),
-            on_max_mdp=on_max_mdp, discount=config.discount, gae_lambda=config.gae_lambda,
-            cost_discount=cost_discount, cost_gae_lambda=config.cost_gae_lambda,
-        )  # fmt: skip
-        if config.algorithm == "cpo":
-            c = last.episode_cost - config.cost_limit
-        elif config.algorithm == "scpo":
-            c = last.episode_max_cost - config.cost_limit
-        else:
-            c = ascpo.constraint_value(
-                last.episode_max_cost, jnp.sqrt(last.max_cost_variance), config.cost_limit, config.k
-            )
+        c = constraint_value(CONSTRAINTS[config.algorithm], last, config.cost_limit, config.k)
         new_policy, info = policy_step(params, batch, data, c)
         reward_params, reward_opt = fit_critic(
             reward_critic, params.reward_critic, carry.reward_opt, data.obs, data.reward_target,
@@ -244,41 +232,24 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
             cost_critic, params.cost_critic, carry.cost_opt, data.obs, data.cost_target,
             data.weights, k_cost,
         )  # fmt: skip
-        obs_stats = (
-            update_stats(params.obs_stats, batch.obs)
-            if config.normalize_observations
-            else params.obs_stats
-        )
+        obs_stats = next_obs_stats(params, batch, config.normalize_observations)
         new = Params(new_policy, reward_params, cost_params, obs_stats)
         metrics = {
-            "episodes": stats.count,
-            "episode_return": last.episode_return,
-            "episode_cost": last.episode_cost,
-            "episode_max_cost": last.episode_max_cost,
-            "cost_rate": last.cost_rate,
-            "violation": last.violation,
-            "constraint": c,
+            **iteration_metrics(stats, last, c),
             **info,
         }
         return _Carry(new, reward_opt, cost_opt, env_state, last), metrics
 
     def init(key: jax.Array) -> _Carry:
-        k_env, k_policy, k_reward, k_cost = jax.random.split(key, 4)
+        k_env, *k_params = jax.random.split(key, 4)
         env_state = train_env.reset(jax.random.split(k_env, config.num_envs))
-        dummy = jnp.zeros((1, obs_size))
-        params = Params(
-            policy.init(k_policy, dummy),
-            reward_critic.init(k_reward, dummy),
-            cost_critic.init(k_cost, dummy),
-            init_stats(obs_size),
-        )
-        zero = jnp.zeros(())
+        params = init_params(k_params, policy, reward_critic, cost_critic, obs_size)
         return _Carry(
             params,
             critic_optimizer.init(params.reward_critic),
             critic_optimizer.init(params.cost_critic),
             env_state,
-            EpisodeStats(zero, zero, zero, zero, zero, zero, zero),
+            no_episodes(),
         )
 
     return Trainer(

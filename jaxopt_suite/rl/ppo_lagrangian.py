@@ -26,12 +26,23 @@ import jax.numpy as jnp
 import optax
 
 from envs import wrap_for_training
-from jaxopt_suite._checks import check_integer
+from jaxopt_suite._checks import check_settings
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_log_prob
-from jaxopt_suite.rl.normalization import init_stats, update_stats
-from jaxopt_suite.rl.rollout import EpisodeStats, episode_stats, latest_stats, prepare, rollout
-from jaxopt_suite.rl.training import Params, Trainer, TrainResult, check_env, train_function
+from jaxopt_suite.rl.rollout import EpisodeStats
+from jaxopt_suite.rl.training import (
+    Params,
+    Trainer,
+    TrainResult,
+    check_env,
+    collect,
+    constraint_value,
+    init_params,
+    iteration_metrics,
+    next_obs_stats,
+    no_episodes,
+    train_function,
+)
 
 VARIANTS = ("ppo_lagrangian", "ppo_ascpo")
 
@@ -65,24 +76,23 @@ class PPOLagrangianConfig:
     def checked(self) -> PPOLagrangianConfig:
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        for name in ("num_envs", "episode_length", "unroll_length", "iterations", "epochs",
-                     "minibatches"):  # fmt: skip
-            check_integer(name, getattr(self, name), 1)
+        check_settings(
+            self,
+            integers=("num_envs", "episode_length", "unroll_length", "iterations", "epochs",
+                      "minibatches"),
+        )  # fmt: skip
         if (self.num_envs * self.unroll_length) % self.minibatches:
             raise ValueError(
                 f"minibatches ({self.minibatches}) must divide num_envs * unroll_length "
                 f"({self.num_envs * self.unroll_length})"
             )
-        for name in ("cost_limit", "k", "omega1", "omega2", "lagrange_init",
-                     "lagrange_learning_rate"):  # fmt: skip
-            if not float(getattr(self, name)) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        for name in ("clip", "learning_rate"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("discount", "gae_lambda", "cost_discount", "cost_gae_lambda"):
-            if not 0 < float(getattr(self, name)) <= 1:
-                raise ValueError(f"{name} must lie in (0, 1], got {getattr(self, name)!r}")
+        check_settings(
+            self,
+            nonnegative=("cost_limit", "k", "omega1", "omega2", "lagrange_init",
+                         "lagrange_learning_rate"),
+            positive=("clip", "learning_rate"),
+            unit=("discount", "gae_lambda", "cost_discount", "cost_gae_lambda"),
+        )  # fmt: skip
         return self
 
 
@@ -152,26 +162,13 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
     def iteration(carry: _Carry, key):
         params = carry.params
         k_roll, k_perm = jax.random.split(key)
-        env_state, batch = rollout(
-            train_env, policy.apply, params.policy, params.obs_stats, carry.env_state, k_roll,
-            config.unroll_length,
+        env_state, batch, stats, last, data = collect(
+            train_env, policy, reward_critic, cost_critic, params, carry.env_state, carry.last,
+            k_roll, config, on_max_mdp=on_max_mdp, cost_discount=cost_discount,
         )  # fmt: skip
-        stats = episode_stats(batch, config.cost_limit)
-        last = latest_stats(stats, carry.last)
-        data = prepare(
-            batch, env_state.obs, params.obs_stats,
-            lambda o: reward_critic.apply(params.reward_critic, o),
-            lambda o: cost_critic.apply(params.cost_critic, o),
-            on_max_mdp=on_max_mdp, discount=config.discount, gae_lambda=config.gae_lambda,
-            cost_discount=cost_discount, cost_gae_lambda=config.cost_gae_lambda,
-        )  # fmt: skip
-
-        if on_max_mdp:
-            excess = ascpo.constraint_value(
-                last.episode_max_cost, jnp.sqrt(last.max_cost_variance), config.cost_limit, config.k
-            )
-        else:
-            excess = last.episode_cost - config.cost_limit
+        excess = constraint_value(
+            "bound" if on_max_mdp else "cost", last, config.cost_limit, config.k
+        )
         lagrange = carry.lagrange
 
         # standardised like the reward's (OmniSafe's default for its Lagrangian PPO): the
@@ -214,41 +211,20 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
         )
         # the multiplier follows the constraint after the step, from this batch's episodes
         lagrange = jnp.maximum(0.0, lagrange + config.lagrange_learning_rate * excess)
-        obs_stats = (
-            update_stats(params.obs_stats, batch.obs)
-            if config.normalize_observations
-            else params.obs_stats
-        )
+        obs_stats = next_obs_stats(params, batch, config.normalize_observations)
         new = Params(*nets, obs_stats)
-        metrics = {
-            "episodes": stats.count,
-            "episode_return": last.episode_return,
-            "episode_cost": last.episode_cost,
-            "episode_max_cost": last.episode_max_cost,
-            "cost_rate": last.cost_rate,
-            "violation": last.violation,
-            "constraint": excess,
-            "lagrange": lagrange,
-        }
+        metrics = {**iteration_metrics(stats, last, excess), "lagrange": lagrange}
         return _Carry(new, opt_state, lagrange, env_state, last), metrics
 
     def init(key: jax.Array) -> _Carry:
-        k_env, k_policy, k_reward, k_cost = jax.random.split(key, 4)
+        k_env, *k_params = jax.random.split(key, 4)
         env_state = train_env.reset(jax.random.split(k_env, config.num_envs))
-        dummy = jnp.zeros((1, obs_size))
-        nets = (
-            policy.init(k_policy, dummy),
-            reward_critic.init(k_reward, dummy),
-            cost_critic.init(k_cost, dummy),
-        )
-        zero = jnp.zeros(())
+        params = init_params(k_params, policy, reward_critic, cost_critic, obs_size)
+        nets = (params.policy, params.reward_critic, params.cost_critic)
         return _Carry(
-            Params(*nets, init_stats(obs_size)),
-            optimizer.init(nets),
-            jnp.float32(config.lagrange_init),
-            env_state,
-            EpisodeStats(zero, zero, zero, zero, zero, zero, zero),
-        )
+            params, optimizer.init(nets), jnp.float32(config.lagrange_init), env_state,
+            no_episodes(),
+        )  # fmt: skip
 
     return Trainer(
         init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size

@@ -18,9 +18,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy
-from jaxopt_suite.rl.normalization import RunningStats
-from jaxopt_suite.rl.rollout import episode_stats, rollout
+from jaxopt_suite.rl.normalization import RunningStats, init_stats, update_stats
+from jaxopt_suite.rl.rollout import (
+    EpisodeStats,
+    Prepared,
+    Transition,
+    episode_stats,
+    latest_stats,
+    prepare,
+    rollout,
+)
 
 
 class Params(NamedTuple):
@@ -47,6 +56,87 @@ class Trainer(NamedTuple):
     iterations: int
     observation_size: int
     action_size: int
+
+
+def init_params(keys, policy, reward_critic, cost_critic, obs_size: int) -> Params:
+    """Fresh networks (``keys``: the policy's, the reward critic's, the cost critic's) and
+    empty observation statistics."""
+    k_policy, k_reward, k_cost = keys
+    dummy = jnp.zeros((1, obs_size))
+    return Params(
+        policy.init(k_policy, dummy),
+        reward_critic.init(k_reward, dummy),
+        cost_critic.init(k_cost, dummy),
+        init_stats(obs_size),
+    )
+
+
+def no_episodes() -> EpisodeStats:
+    """The statistics before any episode has ended (all zero)."""
+    zero = jnp.zeros(())
+    return EpisodeStats(*([zero] * len(EpisodeStats._fields)))
+
+
+class Collected(NamedTuple):
+    """One iteration's data: the environments after the rollout, the rollout, the
+    statistics of the episodes it ended and of the latest batch that ended any, and the
+    batch prepared for the losses."""
+
+    env_state: Any
+    batch: Transition
+    stats: EpisodeStats
+    last: EpisodeStats
+    data: Prepared
+
+
+def collect(
+    train_env, policy, reward_critic, cost_critic, params: Params, env_state,
+    last: EpisodeStats, key, config, *, on_max_mdp: bool, cost_discount: float,
+) -> Collected:  # fmt: skip
+    """The rollout and advantage estimation every algorithm here starts its iteration
+    with (``config`` supplies the limit, unroll length, discounts and GAE lambdas)."""
+    env_state, batch = rollout(
+        train_env, policy.apply, params.policy, params.obs_stats, env_state, key,
+        config.unroll_length,
+    )  # fmt: skip
+    stats = episode_stats(batch, config.cost_limit)
+    data = prepare(
+        batch, env_state.obs, params.obs_stats,
+        lambda o: reward_critic.apply(params.reward_critic, o),
+        lambda o: cost_critic.apply(params.cost_critic, o),
+        on_max_mdp=on_max_mdp, discount=config.discount, gae_lambda=config.gae_lambda,
+        cost_discount=cost_discount, cost_gae_lambda=config.cost_gae_lambda,
+    )  # fmt: skip
+    return Collected(env_state, batch, stats, latest_stats(stats, last), data)
+
+
+def constraint_value(kind: str, last: EpisodeStats, limit, k) -> jax.Array:
+    """How far the constraint is exceeded (positive: violated): ``"cost"``, the mean
+    episode cost; ``"max_cost"``, the mean episode max cost; ``"bound"``, ASCPO's absolute
+    bound (:func:`.ascpo.constraint_value`); each minus ``limit``."""
+    if kind == "cost":
+        return last.episode_cost - limit
+    if kind == "max_cost":
+        return last.episode_max_cost - limit
+    return ascpo.constraint_value(last.episode_max_cost, jnp.sqrt(last.max_cost_variance), limit, k)
+
+
+def next_obs_stats(params: Params, batch: Transition, enabled: bool) -> RunningStats:
+    """The observation statistics with the rollout's observations added, when enabled."""
+    return update_stats(params.obs_stats, batch.obs) if enabled else params.obs_stats
+
+
+def iteration_metrics(stats: EpisodeStats, last: EpisodeStats, constraint) -> dict:
+    """The metrics every algorithm reports per iteration."""
+    return {
+        "episodes": stats.count,
+        "episode_return": last.episode_return,
+        "episode_cost": last.episode_cost,
+        "episode_max_cost": last.episode_max_cost,
+        "cost_rate": last.cost_rate,
+        "violation": last.violation,
+        "constraint": constraint,
+    }
 
 
 def check_env(env) -> None:

@@ -324,6 +324,19 @@ def test_bad_input_is_named(key):
         Cluster(delay="pareto").checked()
 
 
+def _last_number_on_four_virtual_devices(script: str) -> float:
+    """Runs ``script`` in a fresh interpreter with four virtual CPU devices; the number it
+    printed last."""
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def test_sync_workers_are_sharded_over_virtual_devices():
     script = textwrap.dedent(
         """
@@ -342,14 +355,7 @@ def test_sync_workers_are_sharded_over_virtual_devices():
         print(float(np.linalg.norm(np.asarray(t.params[-1]) - 1.0)))
         """
     )
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert float(out.stdout.strip().splitlines()[-1]) < 0.2
+    assert _last_number_on_four_virtual_devices(script) < 0.2
 
 
 def test_async_messages_are_sharded_over_virtual_devices():
@@ -375,11 +381,4 @@ def test_async_messages_are_sharded_over_virtual_devices():
         print(float(np.linalg.norm(np.asarray(wide.params[-1]) - 1.0)))
         """
     )
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert float(out.stdout.strip().splitlines()[-1]) < 0.2
+    assert _last_number_on_four_virtual_devices(script) < 0.2
