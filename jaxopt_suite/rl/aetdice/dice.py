@@ -1,0 +1,282 @@
+"""The DICE dual shared by AETDICE and its baselines: f-divergences, the closed-form density
+ratio, the dual loss, weighted behaviour cloning, and one jitted training scan.
+
+Regularised policy optimisation over occupancies ``d`` (OptiDICE, Lee et al., arXiv
+2106.10783; with a concave utility of the expected return, FairDICE, arXiv 2506.08062):
+
+.. math::
+  \\max_{d \\ge 0} \\; g\\Big(h_0 + \\textstyle\\sum E_d[\\tilde r]\\Big)
+      - \\alpha\\, D_f(d \\,\\|\\, d^D) \\quad \\text{s.t. Bellman flow},
+
+with ``g(y) = min_mu mu^T y - g_*(mu)`` (:mod:`.utilities`). Its Lagrangian dual, after the
+inner maximisation over ``w = d / d^D`` in closed form, is the loss minimised here over the
+value-like ``nu`` and the multipliers ``mu``:
+
+.. math::
+  L(\\nu, \\mu) = c_0 \\Big[\\frac{\\mu^\\top h_0 - g_*(\\mu)}{\\sigma}
+      + E_{p_0}[\\nu(s_0)]\\Big] + c_1\\, E_{D}\\big[\\alpha f^*(e_\\nu / \\alpha)\\big],
+  \\qquad e_\\nu = \\frac{\\mu^\\top \\tilde r}{\\sigma} + \\gamma_t\\, \\nu(s') - \\nu(s),
+
+where ``f*`` is the convex conjugate of ``f`` on ``w >= 0`` and the optimal ratio is
+``w* = max(0, (f')^{-1}(e / alpha))``. Two settings use it:
+
+* discounted (the baselines): ``c_0 = 1 - gamma``, ``c_1 = 1``, ``gamma_t = gamma`` unless
+  the step ended the episode; the objective is ``(1 - gamma) g(discounted return)``.
+* finite horizon ``T`` (AETDICE): ``c_0 = 1 / T``, ``c_1`` = the fraction of the dataset's
+  ``N x T`` steps that happened, ``gamma_t = 1`` until the horizon or the episode's end; the
+  objective is ``g(E[h(G)]) / T`` and ``nu`` is indexed by time through its input.
+
+Both are divided by a reward scale ``sigma`` (the spread of the per-step rewards), which
+makes ``alpha`` comparable across tasks. The policy is fitted by weighted behaviour cloning,
+``max E_D[w* log pi(a|s)]`` with ``w*`` normalised over the batch (OptiDICE's extraction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxopt_suite._checks import check_settings
+from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_log_prob
+
+DIVERGENCES = ("chi2", "soft_chi2", "kl")
+# KL's ratio is exp(y - 1); the exponent is capped so float32 cannot overflow.
+_KL_MAX_EXPONENT = 30.0
+
+
+def f_value(divergence: str, w: jax.Array) -> jax.Array:
+    """``f(w)``: chi^2 ``(w - 1)^2 / 2``; soft-chi^2 ``w log w - w + 1`` below 1, chi^2
+    above; KL ``w log w``."""
+    chi2 = 0.5 * (w - 1.0) ** 2
+    if divergence == "chi2":
+        return chi2
+    safe = jnp.maximum(w, 1e-30)
+    entropy = jnp.where(w > 0, w * jnp.log(safe), 0.0)
+    if divergence == "soft_chi2":
+        return jnp.where(w < 1.0, entropy - w + 1.0, chi2)
+    if divergence == "kl":
+        return entropy
+    raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
+
+
+def ratio(divergence: str, y: jax.Array) -> jax.Array:
+    """``w*(y) = max(0, (f')^{-1}(y))``, the maximiser of ``w y - f(w)`` over ``w >= 0``."""
+    if divergence == "chi2":
+        return jax.nn.relu(y + 1.0)
+    if divergence == "soft_chi2":
+        return jnp.where(y < 0.0, jnp.exp(jnp.minimum(y, 0.0)), y + 1.0)
+    if divergence == "kl":
+        return jnp.exp(jnp.minimum(y - 1.0, _KL_MAX_EXPONENT))
+    raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
+
+
+def conjugate(divergence: str, y: jax.Array) -> jax.Array:
+    """``f*(y) = max_{w >= 0} w y - f(w)``, in closed form (smooth in ``y``)."""
+    if divergence == "chi2":
+        return jnp.where(y >= -1.0, 0.5 * y * y + y, -0.5)
+    if divergence == "soft_chi2":
+        return jnp.where(y < 0.0, jnp.expm1(jnp.minimum(y, 0.0)), 0.5 * y * y + y)
+    if divergence == "kl":
+        return ratio("kl", y)
+    raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DiceConfig:
+    """Settings of the DICE training scan (static: they fix the compiled program)."""
+
+    divergence: str = "soft_chi2"
+    alpha: float = 0.1
+    iterations: int = 20_000
+    batch_size: int = 512
+    hidden: tuple[int, ...] = (256, 256)
+    policy_hidden: tuple[int, ...] = (256, 256)
+    learning_rate: float = 3e-4  # nu and the policy
+    dual_learning_rate: float = 3e-3  # the multipliers mu
+    gradient_penalty: float = 1e-4  # times ||grad_s nu||^2: keeps nu smooth in s (ours)
+
+    def checked(self) -> DiceConfig:
+        if self.divergence not in DIVERGENCES:
+            raise ValueError(f"divergence must be one of {DIVERGENCES}, got {self.divergence!r}")
+        check_settings(
+            self,
+            integers=("iterations", "batch_size"),
+            nonnegative=("gradient_penalty",),
+            positive=("alpha", "learning_rate", "dual_learning_rate"),
+        )
+        return self
+
+
+class DiceData(NamedTuple):
+    """The dataset's transitions that happened, flattened; shared by every objective."""
+
+    features: jax.Array  # (M, F) policy and nu inputs at s
+    next_features: jax.Array  # (M, F) at s'
+    actions: jax.Array  # (M, A)
+    continues: jax.Array  # (M,) gamma_t: 0 where the episode or the horizon ended
+    initial_features: jax.Array  # (N, F) at each episode's first state
+    feature_mean: jax.Array  # (F,)
+    feature_std: jax.Array  # (F,)
+
+
+class DiceProblem(NamedTuple):
+    """One objective on the data (every leaf may carry a leading axis for ``vmap``)."""
+
+    rewards: jax.Array  # (M, k) per-step (transformed) reward vectors
+    outer: Any  # the concave utility g of :mod:`.utilities`
+    offset: jax.Array  # (k,) h_0, the transformation at a zero return
+    scale: jax.Array  # () sigma
+    initial_weight: jax.Array  # () c_0
+    step_weight: jax.Array  # () c_1
+
+
+class DiceParams(NamedTuple):
+    nu: Any
+    dual: jax.Array  # (dual_size,) unconstrained parameters of mu
+    policy: Any
+
+
+class DiceResult(NamedTuple):
+    params: DiceParams
+    metrics: dict  # per iteration: loss, policy_loss, ratio_mean, ratio_max, mu (k,)
+
+
+def feature_statistics(features: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Mean and standard deviation (floored at 1e-3) of ``features (M, F)``."""
+    return jnp.mean(features, axis=0), jnp.maximum(jnp.std(features, axis=0), 1e-3)
+
+
+def standardize(features: jax.Array, mean: jax.Array, std: jax.Array) -> jax.Array:
+    """``(features - mean) / std`` for features ``(..., F)``."""
+    return (features - jnp.broadcast_to(mean, features.shape)) / jnp.broadcast_to(
+        std, features.shape
+    )
+
+
+def _networks(config: DiceConfig, action_size: int):
+    return ValueNetwork(config.hidden), GaussianPolicy(action_size, config.policy_hidden)
+
+
+def dual_loss(
+    config: DiceConfig, nu_apply, nu_params, dual, data: DiceData, problem: DiceProblem,
+    steps: jax.Array, starts: jax.Array,
+) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    """``L(nu, mu)`` (module docstring) on the transitions ``steps`` and the episodes
+    ``starts`` (index arrays); returns the loss and the Bellman residuals ``e``."""
+
+    def nu_of(features):
+        return nu_apply(nu_params, standardize(features, data.feature_mean, data.feature_std))
+
+    mu = problem.outer.multipliers(dual)
+    features = data.features[steps]
+    value, value_grad = jax.vmap(jax.value_and_grad(nu_of))(features)
+    e = (
+        problem.rewards[steps] @ mu / problem.scale
+        + data.continues[steps] * nu_of(data.next_features[steps])
+        - value
+    )
+    outer_term = (mu @ problem.offset - problem.outer.conjugate(mu)) / problem.scale
+    initial = jnp.mean(nu_of(data.initial_features[starts]))
+    loss = problem.initial_weight * (outer_term + initial) + problem.step_weight * (
+        config.alpha * jnp.mean(conjugate(config.divergence, e / config.alpha))
+    )
+    penalty = config.gradient_penalty * jnp.mean(jnp.sum(value_grad**2, axis=-1))
+    return loss + penalty, e
+
+
+def policy_loss(
+    policy_apply, policy_params, data: DiceData, steps: jax.Array, weights: jax.Array
+) -> jax.Array:
+    """Weighted behaviour cloning: ``-sum w log pi(a|s) / sum w`` over the batch."""
+    features = standardize(data.features[steps], data.feature_mean, data.feature_std)
+    mean, log_std = policy_apply(policy_params, features)
+    log_prob = gaussian_log_prob(mean, log_std, data.actions[steps])
+    return -jnp.sum(weights * log_prob) / jnp.maximum(jnp.sum(weights), 1e-8)
+
+
+def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
+    """``fit(data, problem, key) -> DiceResult``: one jitted scan of ``config.iterations``
+    Adam steps on ``nu``, ``mu`` and the policy (concurrently, as FairDICE trains them). With
+    ``weighted=False`` the policy is plain behaviour cloning (``w = 1``) and no ``nu`` is
+    trained. ``fit`` is pure, so it ``vmap``s over problems and keys."""
+    config = config.checked()
+    nu_net, policy_net = _networks(config, action_size)
+    dual_optimizer = optax.multi_transform(
+        {"nu": optax.adam(config.learning_rate), "dual": optax.adam(config.dual_learning_rate)},
+        {"nu": "nu", "dual": "dual"},
+    )
+    policy_optimizer = optax.adam(config.learning_rate)
+
+    def fit(data: DiceData, problem: DiceProblem, key: jax.Array) -> DiceResult:
+        feature_size = data.features.shape[-1]
+        k_nu, k_pi, k_run = jax.random.split(key, 3)
+        dummy = jnp.zeros((1, feature_size))
+        params = DiceParams(
+            nu=nu_net.init(k_nu, dummy),
+            dual=problem.outer.initial_dual(),
+            policy=policy_net.init(k_pi, dummy),
+        )
+        critic = {"nu": params.nu, "dual": params.dual}
+        carry = (params, dual_optimizer.init(critic), policy_optimizer.init(params.policy))
+        num_steps, num_episodes = data.features.shape[0], data.initial_features.shape[0]
+
+        def step(carry, key):
+            params, dual_state, policy_state = carry
+            k_steps, k_starts = jax.random.split(key)
+            steps = jax.random.randint(k_steps, (config.batch_size,), 0, num_steps)
+            starts = jax.random.randint(k_starts, (config.batch_size,), 0, num_episodes)
+            if weighted:
+
+                def loss_fn(critic):
+                    return dual_loss(
+                        config, nu_net.apply, critic["nu"], critic["dual"], data, problem,
+                        steps, starts,
+                    )  # fmt: skip
+
+                critic = {"nu": params.nu, "dual": params.dual}
+                (loss, e), grads = jax.value_and_grad(loss_fn, has_aux=True)(critic)
+                updates, dual_state = dual_optimizer.update(grads, dual_state, critic)
+                critic = optax.apply_updates(critic, updates)
+                weights = jax.lax.stop_gradient(ratio(config.divergence, e / config.alpha))
+            else:
+                critic = {"nu": params.nu, "dual": params.dual}
+                loss = jnp.zeros(())
+                weights = jnp.ones((config.batch_size,))
+            pi_loss, pi_grads = jax.value_and_grad(
+                lambda p: policy_loss(policy_net.apply, p, data, steps, weights)
+            )(params.policy)
+            pi_updates, policy_state = policy_optimizer.update(pi_grads, policy_state)
+            policy = optax.apply_updates(params.policy, pi_updates)
+            params = DiceParams(critic["nu"], critic["dual"], policy)
+            metrics = {
+                "loss": loss,
+                "policy_loss": pi_loss,
+                "ratio_mean": jnp.mean(weights),
+                "ratio_max": jnp.max(weights),
+                "mu": problem.outer.multipliers(params.dual),
+            }
+            return (params, dual_state, policy_state), metrics
+
+        keys = jax.random.split(k_run, config.iterations)
+        (params, _, _), metrics = jax.lax.scan(step, carry, keys)
+        return DiceResult(params, metrics)
+
+    return fit
+
+
+def policy_action(
+    config: DiceConfig, action_size: int, policy_params, data_stats, features: jax.Array,
+    key: jax.Array | None = None,
+) -> jax.Array:  # fmt: skip
+    """The policy's action at ``features`` (normalised with ``data_stats = (mean, std)`` as in
+    training), clipped to ``[-1, 1]``: the Gaussian's mean, or a sample when ``key`` is
+    given."""
+    _, policy_net = _networks(config, action_size)
+    mean, log_std = policy_net.apply(policy_params, standardize(features, *data_stats))
+    if key is not None:
+        mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    return jnp.clip(mean, -1.0, 1.0)

@@ -1,0 +1,383 @@
+"""Multi-objective utilities and the Aggregation-Expectation-Transformation (AET) objectives.
+
+A utility ``u`` maps a vector return ``G = sum_t r_t`` in ``R^m`` to a number. Two criteria
+rank policies by it (Hayes et al., "A practical guide to multi-objective reinforcement
+learning and planning", arXiv 2103.09568):
+
+* SER, the scalarised expected return ``u(E[G])``;
+* ESR, the expected scalarised return ``E[u(G)]``.
+
+They agree for a linear ``u`` and differ for every other. The AET framework (seed abstract 19,
+arXiv 2606.31178) reads a scalarisation as three steps: the **aggregation** of the rewards
+over time into ``G``, an **expectation** over trajectories, and a **transformation**, placed
+before or after the expectation. Here an objective is
+
+.. math::
+  J(\\pi) = g\\big(\\mathbb{E}_\\pi[h(G)]\\big),
+
+with an inner transformation ``h: R^m -> R^k`` and an outer concave ``g: R^k -> R``: SER is
+``h = id, g = u`` and ESR is ``h = u, g = id`` (:func:`ser`, :func:`esr`; :class:`AET` takes
+any pair). This decomposition is a reconstruction from the abstract (the paper's text is not
+available; ``notes/rl.md`` section 5) and lives in this module only.
+
+Each utility is a ``NamedTuple`` of arrays, so its weights are pytree leaves (``vmap`` over
+preferences needs no recompile), with
+
+* ``value(returns)``: ``u`` on ``(..., m)``;
+* ``multipliers(dual)`` and ``conjugate(mu)``: the concave conjugate representation
+  ``u(y) = min_mu mu^T y - u_*(mu)`` that DICE duals need when ``u`` is the outer ``g``
+  (FairDICE, arXiv 2506.08062), with ``mu`` parametrised by unconstrained ``dual`` variables
+  (``dual_size`` of them, initialised at ``initial_dual()``);
+* ``check_returns(returns, name)``: a host-side check that ``u`` is defined on the returns.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "AET",
+    "Linear",
+    "NashWelfare",
+    "RiskAverse",
+    "Tchebycheff",
+    "Threshold",
+    "aet_value",
+    "esr",
+    "linear",
+    "nash_welfare",
+    "risk_averse",
+    "ser",
+    "tchebycheff",
+    "telescoped_rewards",
+    "threshold",
+]
+
+
+def _vector(values, name: str, *, size: int | None = None, positive: bool = False) -> jax.Array:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0 or (size is not None and array.size != size):
+        want = f"({size},)" if size is not None else "(m,) with m >= 1"
+        raise ValueError(f"{name} must have shape {want}, got {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite, got {array.tolist()}")
+    if positive and not np.all(array > 0):
+        raise ValueError(f"{name} must be > 0, got {array.tolist()}")
+    return jnp.asarray(array, jnp.float32)
+
+
+def _weights(weights, m: int | None) -> jax.Array:
+    if weights is None:
+        if m is None:
+            raise ValueError("pass weights, or the number of objectives m for equal weights")
+        return jnp.full((m,), 1.0 / m, jnp.float32)
+    return _vector(weights, "weights", size=m, positive=True)
+
+
+def _per_objective(value, m: int, name: str) -> jax.Array:
+    """A number or an ``(m,)`` vector, as a finite float32 ``(m,)`` vector."""
+    array = np.asarray(value, dtype=np.float64)
+    if array.ndim == 0:
+        array = np.full((m,), float(array))
+    return _vector(array, name, size=m)
+
+
+def _like(vector: jax.Array, returns: jax.Array) -> jax.Array:
+    """``vector (m,)`` broadcast to ``returns (..., m)`` explicitly (no rank promotion)."""
+    return jnp.broadcast_to(vector, returns.shape)
+
+
+def _check_finite(returns, name: str) -> np.ndarray:
+    array = np.asarray(returns, dtype=np.float64)
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite")
+    return array
+
+
+class Linear(NamedTuple):
+    """``u(G) = w^T G``: SER and ESR coincide. ``mu = w`` is fixed (no dual variables)."""
+
+    weights: jax.Array  # (m,)
+
+    def value(self, returns: jax.Array) -> jax.Array:
+        return returns @ self.weights
+
+    @property
+    def dual_size(self) -> int:
+        return 0
+
+    def initial_dual(self) -> jax.Array:
+        return jnp.zeros((0,), jnp.float32)
+
+    def multipliers(self, dual: jax.Array) -> jax.Array:
+        del dual
+        return self.weights
+
+    def conjugate(self, mu: jax.Array) -> jax.Array:
+        del mu
+        return jnp.zeros((), jnp.float32)
+
+    def check_returns(self, returns, name: str = "returns") -> None:
+        _check_finite(returns, name)
+
+
+class NashWelfare(NamedTuple):
+    """Weighted Nash social welfare ``u(G) = sum_i w_i log(G_i + shift_i)``.
+
+    Defined for ``G_i + shift_i > 0`` only: returns that can be negative need a ``shift``.
+    Conjugate (FairDICE's form with weights and a shift): ``mu_i = w_i / (y_i + shift_i)`` at
+    the minimum, ``u_*(mu) = sum_i w_i (log mu_i + 1 - log w_i) - mu_i shift_i``, ``mu > 0``
+    parametrised as ``exp(dual)``.
+    """
+
+    weights: jax.Array  # (m,)
+    shift: jax.Array  # (m,)
+
+    def value(self, returns: jax.Array) -> jax.Array:
+        return jnp.sum(
+            _like(self.weights, returns) * jnp.log(returns + _like(self.shift, returns)), axis=-1
+        )
+
+    @property
+    def dual_size(self) -> int:
+        return self.weights.shape[0]
+
+    def initial_dual(self) -> jax.Array:
+        return jnp.zeros(self.weights.shape, jnp.float32)
+
+    def multipliers(self, dual: jax.Array) -> jax.Array:
+        return jnp.exp(dual)
+
+    def conjugate(self, mu: jax.Array) -> jax.Array:
+        w = self.weights
+        return jnp.sum(w * (jnp.log(mu) + 1.0 - jnp.log(w)) - mu * self.shift)
+
+    def check_returns(self, returns, name: str = "returns") -> None:
+        array = _check_finite(returns, name)
+        minimum = array.reshape(-1, array.shape[-1]).min(axis=0)
+        shift = np.asarray(self.shift, np.float64)
+        if np.any(minimum + shift <= 0):
+            worst = int(np.argmin(minimum + shift))
+            raise ValueError(
+                f"Nash welfare takes log(G + shift), undefined where G + shift <= 0: {name} "
+                f"reach {minimum[worst]:.4g} on objective {worst}, and shift "
+                f"{shift[worst]:.4g} does not lift that above 0; pass shift > "
+                f"{-minimum[worst]:.4g}, e.g. nash_welfare(..., shift={-minimum[worst] + 1:.4g})"
+            )
+
+
+class Tchebycheff(NamedTuple):
+    """Weighted Tchebycheff (max-min) utility ``u(G) = min_i w_i (G_i - z_i)``.
+
+    Conjugate: ``u(y) = min over the simplex of sum_i p_i w_i (y_i - z_i)``, so
+    ``mu = w * p`` with ``p = softmax(dual)`` and ``u_*(mu) = mu^T z``.
+    """
+
+    weights: jax.Array  # (m,)
+    reference: jax.Array  # (m,) the point z
+
+    def value(self, returns: jax.Array) -> jax.Array:
+        return jnp.min(
+            _like(self.weights, returns) * (returns - _like(self.reference, returns)), axis=-1
+        )
+
+    @property
+    def dual_size(self) -> int:
+        return self.weights.shape[0]
+
+    def initial_dual(self) -> jax.Array:
+        return jnp.zeros(self.weights.shape, jnp.float32)
+
+    def multipliers(self, dual: jax.Array) -> jax.Array:
+        return self.weights * jax.nn.softmax(dual)
+
+    def conjugate(self, mu: jax.Array) -> jax.Array:
+        return mu @ self.reference
+
+    def check_returns(self, returns, name: str = "returns") -> None:
+        _check_finite(returns, name)
+
+
+class Threshold(NamedTuple):
+    """Satiating utility ``u(G) = sum_i w_i min(G_i, tau_i)``: a return beyond its threshold
+    is worth nothing more, so a risk-neutral linear gain below it turns into risk aversion
+    across it under ESR.
+
+    Conjugate: ``min(y, tau) = min_{p in [0, 1]} p y + (1 - p) tau``, so ``mu = w * p`` with
+    ``p = sigmoid(dual)`` and ``u_*(mu) = -sum_i (w_i - mu_i) tau_i``.
+    """
+
+    weights: jax.Array  # (m,)
+    thresholds: jax.Array  # (m,)
+
+    def value(self, returns: jax.Array) -> jax.Array:
+        return jnp.sum(
+            _like(self.weights, returns) * jnp.minimum(returns, _like(self.thresholds, returns)),
+            axis=-1,
+        )
+
+    @property
+    def dual_size(self) -> int:
+        return self.weights.shape[0]
+
+    def initial_dual(self) -> jax.Array:
+        return jnp.zeros(self.weights.shape, jnp.float32)
+
+    def multipliers(self, dual: jax.Array) -> jax.Array:
+        return self.weights * jax.nn.sigmoid(dual)
+
+    def conjugate(self, mu: jax.Array) -> jax.Array:
+        return -jnp.sum((self.weights - mu) * self.thresholds)
+
+    def check_returns(self, returns, name: str = "returns") -> None:
+        _check_finite(returns, name)
+
+
+class RiskAverse(NamedTuple):
+    """Exponential (constant absolute risk aversion) utility
+    ``u(G) = sum_i w_i (1 - exp(-rho G_i)) / rho``, ``rho > 0``.
+
+    Conjugate: ``mu_i = w_i exp(-rho y_i)`` at the minimum,
+    ``u_*(mu) = sum_i (mu_i - w_i - mu_i log(mu_i / w_i)) / rho``, ``mu = exp(dual)``.
+    """
+
+    weights: jax.Array  # (m,)
+    rho: jax.Array  # ()
+
+    def value(self, returns: jax.Array) -> jax.Array:
+        return (
+            jnp.sum(_like(self.weights, returns) * -jnp.expm1(-self.rho * returns), axis=-1)
+            / self.rho
+        )
+
+    @property
+    def dual_size(self) -> int:
+        return self.weights.shape[0]
+
+    def initial_dual(self) -> jax.Array:
+        return jnp.log(self.weights)
+
+    def multipliers(self, dual: jax.Array) -> jax.Array:
+        return jnp.exp(dual)
+
+    def conjugate(self, mu: jax.Array) -> jax.Array:
+        w = self.weights
+        return jnp.sum(mu - w - mu * jnp.log(mu / w)) / self.rho
+
+    def check_returns(self, returns, name: str = "returns") -> None:
+        _check_finite(returns, name)
+
+
+Utility = Linear | NashWelfare | Tchebycheff | Threshold | RiskAverse
+
+
+def linear(weights) -> Linear:
+    """``u(G) = w^T G`` with weights ``(m,)``, each > 0."""
+    return Linear(_weights(weights, None))
+
+
+def nash_welfare(weights=None, *, m: int | None = None, shift=0.0) -> NashWelfare:
+    """``sum_i w_i log(G_i + shift_i)``; equal weights ``1/m`` when ``weights`` is None.
+    ``shift`` (a number or ``(m,)``) must make every return positive."""
+    w = _weights(weights, m)
+    return NashWelfare(w, _per_objective(shift, w.shape[0], "shift"))
+
+
+def tchebycheff(weights=None, *, m: int | None = None, reference=0.0) -> Tchebycheff:
+    """``min_i w_i (G_i - z_i)`` with reference point ``z`` (a number or ``(m,)``)."""
+    w = _weights(weights, m)
+    return Tchebycheff(w, _per_objective(reference, w.shape[0], "reference"))
+
+
+def threshold(thresholds, weights=None) -> Threshold:
+    """``sum_i w_i min(G_i, tau_i)`` with thresholds ``tau`` ``(m,)``; equal weights if None."""
+    tau = _vector(thresholds, "thresholds")
+    return Threshold(_weights(weights, tau.shape[0]), tau)
+
+
+def risk_averse(rho: float, weights=None, *, m: int | None = None) -> RiskAverse:
+    """``sum_i w_i (1 - exp(-rho G_i)) / rho`` with risk aversion ``rho > 0``."""
+    w = _weights(weights, m)
+    rho = float(_vector([rho], "rho", positive=True)[0])
+    return RiskAverse(w, jnp.asarray(rho, jnp.float32))
+
+
+class AET(NamedTuple):
+    """The objective ``g(E[h(G)])`` (module docstring).
+
+    Attributes:
+      inner: ``h``: None for the identity (``k = m``), or a utility, read as ``h(G) =
+        [u(G)]`` (``k = 1``).
+      outer: ``g``, a concave utility over ``R^k`` with a conjugate (one of this module's).
+    """
+
+    inner: Utility | None
+    outer: Utility
+
+    @property
+    def criterion(self) -> str:
+        """ "SER" (``h = id``), "ESR" (``h = u``, ``g`` linear) or "AET" (any other pair)."""
+        if self.inner is None:
+            return "SER"
+        return "ESR" if isinstance(self.outer, Linear) else "AET"
+
+    def transform(self, returns: jax.Array) -> jax.Array:
+        """``h(returns)``, ``(..., k)``."""
+        return returns if self.inner is None else self.inner.value(returns)[..., None]
+
+    @property
+    def size(self) -> int:
+        """``k``, the number of transformed objectives."""
+        return self.outer.weights.shape[0]
+
+    def check_returns(self, partial_returns, episode_returns) -> None:
+        """Raises where the objective is undefined on a dataset's returns (e.g. Nash welfare
+        of a negative return without a shift): ``h`` at every accumulated return ``x_t`` an
+        episode passes through (``partial_returns``), or, for SER, ``g`` at every episode's
+        return (a conservative stand-in for the expected returns its dual can reach)."""
+        if self.inner is None:
+            self.outer.check_returns(episode_returns, "the dataset's episode returns")
+        else:
+            self.inner.check_returns(partial_returns, "the dataset's accumulated returns")
+
+
+def ser(utility: Utility) -> AET:
+    """SER: ``u(E[G])``, i.e. ``h = id`` and ``g = u``."""
+    return AET(None, utility)
+
+
+def esr(utility: Utility) -> AET:
+    """ESR: ``E[u(G)]``, i.e. ``h = u`` (``k = 1``) and ``g = id``."""
+    return AET(utility, Linear(jnp.ones((1,), jnp.float32)))
+
+
+def telescoped_rewards(objective: AET, rewards: jax.Array, mask: jax.Array) -> jax.Array:
+    """Per-step transformed rewards ``r~_t = h(x_t + r_t) - h(x_t)`` with ``x_t`` the
+    accumulated return before step ``t``; their episode sum is ``h(G) - h(0)``.
+
+    Args:
+      rewards: ``(..., T, m)`` reward vectors of episodes.
+      mask: ``(..., T)``, 1 for steps that happened (padding after an episode's end is 0).
+
+    Returns:
+      ``(..., T, k)``, zero on masked steps.
+    """
+    rewards = rewards * mask[..., None]
+    after = jnp.cumsum(rewards, axis=-2)
+    before = after - rewards
+    return (objective.transform(after) - objective.transform(before)) * mask[..., None]
+
+
+def aet_value(objective: AET, returns: jax.Array, weights: jax.Array | None = None) -> jax.Array:
+    """``g(mean h(G))`` over sample returns ``(n, m)`` (optionally weighted): the Monte Carlo
+    value of the objective."""
+    transformed = objective.transform(returns)
+    if weights is None:
+        mean = jnp.mean(transformed, axis=0)
+    else:
+        mean = weights @ transformed / jnp.sum(weights)
+    return objective.outer.value(mean)

@@ -1,0 +1,193 @@
+"""The DICE dual: closed forms, and the finite-horizon dual of AETDICE on a tabular MDP against
+exact occupancies (flow constraints, exact occupancy ratios of the implied policy, strong
+duality, and the optimum as the regulariser vanishes)."""
+
+from math import comb
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+
+from jaxopt_suite.rl.aetdice import dice, exact
+from jaxopt_suite.rl.aetdice import utilities as U
+
+
+@pytest.mark.parametrize("divergence", dice.DIVERGENCES)
+def test_ratio_and_conjugate_are_the_maximiser_and_maximum(divergence):
+    ys = jnp.linspace(-4.0, 3.0, 57)
+    ws = jnp.linspace(0.0, 30.0, 300_001)
+
+    @jax.jit
+    def check(ys):
+        values = ws[None, :] * ys[:, None] - dice.f_value(divergence, ws)[None, :]
+        return jnp.max(values, axis=1), dice.conjugate(divergence, ys), dice.ratio(divergence, ys)
+
+    grid_max, closed, w = check(ys)
+    chex.assert_trees_all_close(closed, grid_max, atol=1e-4)
+    chex.assert_trees_all_close(closed, w * ys - dice.f_value(divergence, w), atol=1e-5)
+    # f* is differentiable with derivative w* (the envelope theorem)
+    slope = jax.vmap(jax.grad(lambda y: dice.conjugate(divergence, y)))(ys)
+    chex.assert_trees_all_close(slope, w, atol=1e-5)
+
+
+def test_bad_config_raises():
+    with pytest.raises(ValueError, match="divergence must be one of"):
+        dice.DiceConfig(divergence="tv").checked()
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        dice.DiceConfig(alpha=0.0).checked()
+    with pytest.raises(ValueError, match="iterations must be an integer >= 1"):
+        dice.DiceConfig(iterations=0).checked()
+
+
+HORIZON = 4
+
+
+def _balance_population(objective, behaviour=0.5):
+    """Every transition of the deterministic balance task (slip 0) on augmented states
+    ``(t, k)``, with integer multiplicities proportional to the behaviour's occupancy."""
+    states = [(t, k) for t in range(HORIZON + 1) for k in range(t + 1)]
+    index = {s: i for i, s in enumerate(states)}
+    rows, counts = [], []
+    for t in range(HORIZON):
+        for k in range(t + 1):
+            for a in (0, 1):
+                rows.append((t, k, a))
+                # P(k at t) P(a) under a 50/50 behaviour, times 2^(T + 1): an integer
+                counts.append(comb(t, k) * 2 ** (HORIZON - t))
+    assert behaviour == 0.5
+    onehot = np.eye(len(states), dtype=np.float32)
+    features = onehot[[index[(t, k)] for t, k, _ in rows]]
+    next_features = onehot[[index[(t + 1, k + (a == 0))] for t, k, a in rows]]
+    x = np.array([[k, t - k] for t, k, _ in rows], np.float32)
+    r = np.array([[a == 0, a == 1] for _, _, a in rows], np.float32)
+    transformed = objective.transform(jnp.asarray(x + r)) - objective.transform(jnp.asarray(x))
+    data = dice.DiceData(
+        features=jnp.asarray(features),
+        next_features=jnp.asarray(next_features),
+        actions=jnp.zeros((len(rows), 1)),
+        continues=jnp.asarray([float(t + 1 < HORIZON) for t, _, _ in rows]),
+        initial_features=jnp.asarray(onehot[[index[(0, 0)]]]),
+        feature_mean=jnp.zeros(len(states)),
+        feature_std=jnp.ones(len(states)),
+    )
+    problem = dice.DiceProblem(
+        rewards=transformed,
+        outer=objective.outer,
+        offset=objective.transform(jnp.zeros(2)),
+        scale=jnp.asarray(1.0),
+        initial_weight=jnp.asarray(1.0 / HORIZON),
+        step_weight=jnp.asarray(1.0),
+    )
+    steps = np.repeat(np.arange(len(rows)), counts)
+    occupancy = np.asarray(counts, np.float64) / np.sum(counts)  # d^D, mass 1/T per step t
+    return rows, data, problem, jnp.asarray(steps), occupancy, len(states)
+
+
+def _solve_dual(config, data, problem, steps, num_states):
+    def nu_apply(params, features):
+        return features @ params
+
+    starts = jnp.zeros((1,), jnp.int32)
+    dual_size = problem.outer.dual_size
+
+    @jax.jit
+    def loss_and_grad(flat):
+        def loss(flat):
+            return dice.dual_loss(
+                config, nu_apply, flat[:num_states], flat[num_states:], data, problem,
+                steps, starts,
+            )[0]  # fmt: skip
+
+        return jax.value_and_grad(loss)(flat)
+
+    start = np.concatenate([np.zeros(num_states), np.asarray(problem.outer.initial_dual())])
+    result = scipy.optimize.minimize(
+        lambda v: tuple(np.asarray(a, np.float64) for a in loss_and_grad(jnp.asarray(v))),
+        start, jac=True, method="L-BFGS-B", options={"maxiter": 5000, "gtol": 1e-10,
+                                                        "ftol": 1e-15},
+    )  # fmt: skip
+    flat = jnp.asarray(result.x, jnp.float32)
+    value, e = dice.dual_loss(
+        config, nu_apply, flat[:num_states], flat[num_states : num_states + dual_size], data,
+        problem, steps, starts,
+    )  # fmt: skip
+    # the residuals of every distinct transition (in the order of the rows)
+    _, e = dice.dual_loss(
+        config, nu_apply, flat[:num_states], flat[num_states:], data, problem,
+        jnp.arange(data.features.shape[0]), starts,
+    )  # fmt: skip
+    return float(value), np.asarray(e, np.float64)
+
+
+OBJECTIVES = {
+    "esr_tchebycheff": U.esr(U.tchebycheff([0.5, 0.5])),
+    "ser_nash": U.ser(U.nash_welfare([0.3, 0.7], shift=1.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+@pytest.mark.parametrize("divergence", ["soft_chi2", "kl"])
+def test_finite_horizon_dual_gives_exact_occupancy_ratios(name, divergence):
+    objective = OBJECTIVES[name]
+    alpha = 0.2
+    config = dice.DiceConfig(divergence=divergence, alpha=alpha, gradient_penalty=0.0)
+    rows, data, problem, steps, d_data, num_states = _balance_population(objective)
+    dual_value, e = _solve_dual(config, data, problem, steps, num_states)
+    w = np.asarray(dice.ratio(divergence, jnp.asarray(e / alpha)), np.float64)
+    d = w * d_data  # the occupancy the dual's ratios describe
+
+    # 1. Bellman flow: mass 1/T enters at (0, 0); each (t + 1, k') receives what leaves.
+    inflow = {(0, 0): 1.0 / HORIZON}
+    for (t, k, a), mass in zip(rows, d, strict=True):
+        if t + 1 < HORIZON:
+            key = (t + 1, k + (a == 0))
+            inflow[key] = inflow.get(key, 0.0) + mass
+    outflow = {}
+    for (t, k, _), mass in zip(rows, d, strict=True):
+        outflow[(t, k)] = outflow.get((t, k), 0.0) + mass
+    for state, mass in outflow.items():
+        assert mass == pytest.approx(inflow.get(state, 0.0), abs=2e-4), state
+
+    # 2. the ratios are exact occupancy ratios: run the implied policy forward
+    policy = {}
+    for (t, k, a), mass in zip(rows, d, strict=True):
+        policy.setdefault((t, k), np.zeros(2))[a] = mass
+    reach = {(0, 0): 1.0}
+    d_policy = np.zeros(len(rows))
+    for i, (t, k, a) in enumerate(rows):
+        pi = policy[(t, k)] / max(policy[(t, k)].sum(), 1e-30)
+        d_policy[i] = reach.get((t, k), 0.0) * pi[a] / HORIZON
+        if t + 1 < HORIZON:
+            key = (t + 1, k + (a == 0))
+            reach[key] = reach.get(key, 0.0) + reach.get((t, k), 0.0) * pi[a]
+    np.testing.assert_allclose(d_policy / d_data, w, atol=3e-3)
+
+    # 3. strong duality: the primal value at these ratios equals the dual's minimum
+    transformed = np.asarray(problem.rewards, np.float64)
+    expected = np.asarray(problem.offset) + HORIZON * (d @ transformed)
+    primal = float(objective.outer.value(jnp.asarray(expected, jnp.float32))) / HORIZON
+    primal -= alpha * float(d_data @ np.asarray(dice.f_value(divergence, jnp.asarray(w))))
+    assert primal == pytest.approx(dual_value, abs=2e-4)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_vanishing_regulariser_recovers_the_optimum(name):
+    objective = OBJECTIVES[name]
+    config = dice.DiceConfig(divergence="soft_chi2", alpha=0.002, gradient_penalty=0.0)
+    rows, data, problem, steps, d_data, num_states = _balance_population(objective)
+    _, e = _solve_dual(config, data, problem, steps, num_states)
+    d = np.asarray(dice.ratio("soft_chi2", jnp.asarray(e / config.alpha))) * d_data
+    table = np.full((HORIZON, HORIZON + 1), 0.5)
+    for t in range(HORIZON):
+        for k in range(t + 1):
+            masses = [d[rows.index((t, k, a))] for a in (0, 1)]
+            if sum(masses) > 1e-9:
+                table[t, k] = masses[0] / sum(masses)
+    best, _ = exact.optimum(objective, HORIZON, 0.0)
+    achieved = exact.value(objective, table, HORIZON, 0.0)
+    assert achieved == pytest.approx(best, rel=2e-2)
+    # the data's own policy is clearly worse, so the check can fail
+    assert exact.value(objective, 0.5, HORIZON, 0.0) < best - 0.05 * abs(best)
