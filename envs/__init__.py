@@ -10,6 +10,16 @@
 - :func:`make` / :func:`names` is the registry; :func:`episode_statistics` turns finished
   episodes into ``EpRet``, ``EpCost``, ``EpMaxCost``, ``CostRate`` and the violation rate.
 
+For multi-objective RL (vector rewards in ``state.info['reward_vector']``):
+
+- :class:`VectorRewardWrapper`, :class:`ScalarizedRewardWrapper` and
+  :class:`AccumulatedReturnWrapper` (the AET augmented state, with its offline twin
+  :func:`augment_observations`);
+- :class:`BalanceTask` and the Brax tasks of :func:`make_multi_objective` /
+  :func:`multi_objective_names`;
+- D4MORL-like offline data: :class:`OfflineDataset`, :func:`collect`,
+  :func:`preference_grid`, :func:`save`, :func:`load`, :func:`episode_returns`.
+
 This package depends on Brax and JAX only, never on ``jaxopt_suite``.
 """
 
@@ -28,6 +38,23 @@ from envs.costs import (
 )
 from envs.max_cost import MaxCostWrapper, wrap_for_training
 from envs.metrics import episode_statistics
+from envs.mo_tasks import BalanceTask, make_multi_objective, multi_objective_names
+from envs.multi_objective import (
+    AccumulatedReturnWrapper,
+    ScalarizedRewardWrapper,
+    VectorRewardWrapper,
+    augment_observations,
+    energy_efficiency,
+)
+from envs.offline import (
+    OfflineDataset,
+    collect,
+    episode_returns,
+    load,
+    preference_grid,
+    save,
+    validate_dataset,
+)
 from envs.point_goal import PointGoal
 from envs.registry import DEFAULT_BACKENDS, make, names
 
@@ -36,18 +63,33 @@ __all__ = [
     "HAZARD_KINDS",
     "VELOCITY_KINDS",
     "VELOCITY_THRESHOLDS",
+    "AccumulatedReturnWrapper",
     "AntGoal",
+    "BalanceTask",
     "CostWrapper",
     "HazardCostWrapper",
     "LimitCostWrapper",
     "MaxCostWrapper",
+    "OfflineDataset",
     "PointGoal",
+    "ScalarizedRewardWrapper",
+    "VectorRewardWrapper",
     "VelocityCostWrapper",
+    "augment_observations",
+    "collect",
+    "energy_efficiency",
+    "episode_returns",
     "episode_statistics",
     "hazard_cost",
     "limit_cost",
+    "load",
     "make",
+    "make_multi_objective",
+    "multi_objective_names",
     "names",
+    "preference_grid",
+    "save",
+    "validate_dataset",
     "velocity_cost",
     "wrap_for_training",
 ]

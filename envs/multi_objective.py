@@ -1,0 +1,300 @@
+"""Vector rewards for multi-objective RL on Brax environments, and the AET augmented state.
+
+A *multi-objective environment* here is a Brax ``Env`` that
+
+- has the attributes ``reward_names`` (a tuple of ``m`` names) and ``reward_size`` (``m``);
+- writes each step's float32 reward vector ``r_t`` of shape ``(m,)`` to
+  ``state.info['reward_vector']`` and its entries to ``state.metrics['reward_<name>']`` (so
+  Brax's ``EpisodeWrapper`` sums them into the episode's vector return), all zeros on reset;
+- sets ``state.reward`` to a scalarisation of ``r_t``: the plain sum ``sum_i r_t[i]``, or
+  ``w . r_t`` under :class:`ScalarizedRewardWrapper`.
+
+:class:`VectorRewardWrapper` makes one from any Brax environment and a function per objective;
+:class:`envs.BalanceTask` is one natively. Brax's ``Wrapper`` forwards unknown attributes to the
+environment it wraps, so ``reward_names`` and ``reward_size`` stay readable through the wrappers
+here and through ``brax.envs.training.wrap``.
+
+:class:`AccumulatedReturnWrapper` builds the augmented state of the AET framework (AETDICE,
+arXiv 2606.31178; the accumulated-reward state of EUPG, Roijers et al. 2018, and RAVI, Peng,
+Tian & Fain, arXiv 2311.02544): with ``x_t = sum_{tau < t} r_tau`` the vector return so far,
+
+.. math::
+  \\hat s_t = (s_t,\\; x_t / \\text{scale},\\; t / H), \\qquad x_0 = 0,
+
+so a policy or value of ``\\hat s_t`` can act on a nonlinear utility of the whole return
+``x_H`` (ESR). :func:`augment_observations` computes the same augmentation for stored episodes,
+summing in the same order; along a rollout the two agree bitwise when ``scale`` is a power of
+two (1 included) and to float32 rounding otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs._brax import Env, State, Wrapper
+
+RewardComponent = Callable[[State, jax.Array, State], jax.Array]
+"""``component(state, action, next_state)``: one objective's reward for the step
+``state --action--> next_state``, float32 with the shape of ``next_state.reward``."""
+
+
+def energy_efficiency(action: jax.Array) -> jax.Array:
+    """The bounded energy objective ``1 - mean_j clip(a_j, -1, 1)^2`` over the last axis.
+
+    It lies in ``[0, 1]``: 1 for no effort, 0 for full effort on every actuator. PGMORL (Xu et
+    al., ICML 2020) and D4MORL (Zhu, Dang & Grover, ICLR 2023) use an unbounded relative of it
+    (``c - sum_j a_j^2`` plus an alive bonus); this exact form keeps it non-negative and
+    independent of the number of actuators, which also makes staying alive worth up to 1 per
+    step on this objective.
+    """
+    clipped = jnp.clip(action, -1.0, 1.0)
+    return (1.0 - jnp.mean(jnp.square(clipped), axis=-1)).astype(jnp.float32)
+
+
+def reward_names_of(env: Env) -> tuple[str, ...]:
+    """``env.reward_names``, or a ValueError saying ``env`` is not multi-objective."""
+    names = getattr(env, "reward_names", None)
+    if names is None:
+        raise ValueError(
+            f"env must be a multi-objective environment (with reward_names and "
+            f"info['reward_vector'], e.g. a VectorRewardWrapper or envs.BalanceTask), "
+            f"got {type(env).__name__}"
+        )
+    return tuple(names)
+
+
+def check_positive_int(value: int, name: str) -> int:
+    """``value`` if it is a positive int (not a bool), else a ValueError naming ``name``."""
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name}={value!r} must be a positive int")
+    return int(value)
+
+
+def check_weights(weights, size: int, name: str = "weights") -> np.ndarray:
+    """``weights`` as float32 ``(size,)``: finite, >= 0 and not all zero."""
+    array = np.asarray(weights, dtype=np.float64)
+    if array.shape != (size,):
+        raise ValueError(f"{name} must have shape ({size},), one per objective, got {array.shape}")
+    if not np.all(np.isfinite(array)) or np.any(array < 0) or not np.any(array > 0):
+        raise ValueError(f"{name}={array.tolist()} must be finite, >= 0 and not all zero")
+    return array.astype(np.float32)
+
+
+def _check_scale(scale, size: int) -> np.ndarray:
+    array = np.asarray(scale, dtype=np.float64)
+    if array.shape not in ((), (size,)):
+        raise ValueError(f"scale must be a float or have shape ({size},), got {array.shape}")
+    if not np.all(np.isfinite(array)) or np.any(array <= 0):
+        raise ValueError(f"scale={array.tolist()} must be finite and > 0")
+    return np.broadcast_to(array, (size,)).astype(np.float32)
+
+
+def _with_reward_vector(state: State, vector: jax.Array, names: tuple[str, ...]) -> State:
+    # New dicts, not in-place updates: the incoming state's dicts may be shared with the caller.
+    entries = {f"reward_{name}": vector[..., i] for i, name in enumerate(names)}
+    return state.replace(
+        reward=jnp.sum(vector, axis=-1),
+        metrics={**state.metrics, **entries},
+        info={**state.info, "reward_vector": vector},
+    )
+
+
+class VectorRewardWrapper(Wrapper):
+    """Computes a reward vector from per-objective functions; ``state.reward`` is its sum.
+
+    After each step, ``components[name](state, action, next_state)`` for every name (in the
+    mapping's order) gives ``r_t``, written to ``info['reward_vector']`` and
+    ``metrics['reward_<name>']``; a metric of the inner environment with the same name is
+    replaced. On reset the vector is zeros. The components see the incoming state as it was:
+    Brax's bodies update the incoming ``metrics`` dict in place, so they are handed a copy.
+
+    Args:
+      env: the environment, unbatched (or batched, if the components handle the batch).
+      components: name -> :data:`RewardComponent`; names are identifiers, at least one.
+    """
+
+    def __init__(self, env: Env, components: Mapping[str, RewardComponent]):
+        super().__init__(env)
+        if not isinstance(components, Mapping) or not components:
+            raise ValueError(
+                f"components={components!r} must be a non-empty mapping from objective names "
+                f"to functions (state, action, next_state) -> reward"
+            )
+        for name, component in components.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"components key {name!r} must be an identifier string")
+            if not callable(component):
+                raise ValueError(f"components[{name!r}]={component!r} must be callable")
+        self.components = dict(components)
+
+    @property
+    def reward_names(self) -> tuple[str, ...]:
+        return tuple(self.components)
+
+    @property
+    def reward_size(self) -> int:
+        return len(self.components)
+
+    def reset(self, rng: jax.Array) -> State:
+        state = self.env.reset(rng)
+        vector = jnp.zeros(jnp.shape(state.reward) + (self.reward_size,), jnp.float32)
+        return _with_reward_vector(state, vector, self.reward_names)
+
+    def step(self, state: State, action: jax.Array) -> State:
+        next_state = self.env.step(state.replace(metrics=dict(state.metrics)), action)
+        shape = jnp.shape(next_state.reward)
+        entries = []
+        for name, component in self.components.items():
+            value = jnp.asarray(component(state, action, next_state), jnp.float32)
+            if value.shape != shape:
+                raise ValueError(
+                    f"reward component {name!r} returned shape {value.shape}; expected the "
+                    f"reward's shape {shape}"
+                )
+            entries.append(value)
+        return _with_reward_vector(next_state, jnp.stack(entries, axis=-1), self.reward_names)
+
+
+class ScalarizedRewardWrapper(Wrapper):
+    """Sets ``state.reward = weights . info['reward_vector']``, a linear scalarisation.
+
+    For training a behaviour policy at one preference with a scalar-reward learner (PPO); the
+    vector and its metrics pass through unchanged.
+
+    Args:
+      env: a multi-objective environment (see the module docstring).
+      weights: ``(m,)``, finite, >= 0, not all zero; not normalised.
+    """
+
+    def __init__(self, env: Env, weights):
+        super().__init__(env)
+        self.weights = check_weights(weights, len(reward_names_of(env)))
+
+    def reset(self, rng: jax.Array) -> State:
+        return self._scalarize(self.env.reset(rng))
+
+    def step(self, state: State, action: jax.Array) -> State:
+        return self._scalarize(self.env.step(state, action))
+
+    def _scalarize(self, state: State) -> State:
+        return state.replace(reward=state.info["reward_vector"] @ self.weights)
+
+
+class AccumulatedReturnWrapper(Wrapper):
+    """Appends ``x_t / scale`` (m) and ``t / horizon`` (1) to the observation.
+
+    ``x_t = sum_{tau < t} r_tau`` is the vector return accumulated before step ``t`` and ``t``
+    counts this wrapper's steps since the reset. On reset ``x = 0`` and ``t = 0``; each step adds
+    ``info['reward_vector'] / scale`` and ``1 / horizon``. Both are read back from the incoming
+    observation, not kept in ``info``: Brax's ``AutoResetWrapper`` restores the first
+    observation when an episode ends but leaves ``info`` as it was (see
+    :class:`envs.MaxCostWrapper`). Put it inside Brax's training wrappers, with
+    ``episode_length = horizon`` so that ``t / horizon`` stays in ``[0, 1)``.
+
+    Args:
+      env: a multi-objective environment (see the module docstring), unbatched.
+      horizon: the episode length ``H`` that normalises the time, a positive int.
+      scale: divides the accumulated return, > 0: a float or one per objective ``(m,)``.
+    """
+
+    def __init__(self, env: Env, horizon: int, scale=1.0):
+        super().__init__(env)
+        self.horizon = check_positive_int(horizon, "horizon")
+        self.scale = _check_scale(scale, len(reward_names_of(env)))
+
+    def reset(self, rng: jax.Array) -> State:
+        state = self.env.reset(rng)
+        if "reward_vector" not in state.info:
+            raise ValueError(
+                "AccumulatedReturnWrapper needs an inner environment that writes "
+                "state.info['reward_vector']; wrap it in a VectorRewardWrapper first"
+            )
+        scaled_return = jnp.zeros_like(state.info["reward_vector"])
+        return self._augment(state, scaled_return, jnp.zeros_like(state.reward))
+
+    def step(self, state: State, action: jax.Array) -> State:
+        size = self.scale.shape[0]
+        scaled_return = state.obs[..., -size - 1 : -1]
+        # t / H * H is within rounding of the integer t; rounding recovers it exactly.
+        steps = jnp.round(state.obs[..., -1] * self.horizon)
+        state = self.env.step(state.replace(obs=state.obs[..., : -size - 1]), action)
+        scaled_return = scaled_return + state.info["reward_vector"] / self.scale
+        return self._augment(state, scaled_return, (steps + 1) / self.horizon)
+
+    @staticmethod
+    def _augment(state: State, scaled_return: jax.Array, time: jax.Array) -> State:
+        dtype = state.obs.dtype
+        parts = [state.obs, scaled_return.astype(dtype), time[..., None].astype(dtype)]
+        return state.replace(obs=jnp.concatenate(parts, axis=-1))
+
+    @property
+    def observation_size(self) -> int:
+        return self.env.observation_size + self.scale.shape[0] + 1
+
+
+def augment_observations(
+    observations: jax.Array,
+    next_observations: jax.Array,
+    rewards: jax.Array,
+    horizon: int,
+    scale=1.0,
+) -> tuple[jax.Array, jax.Array]:
+    """The augmentation of :class:`AccumulatedReturnWrapper`, on stored episodes.
+
+    For episode ``n`` and step ``t`` the first result is ``(s_t, x_t / scale, t / H)`` and the
+    second ``(s_{t+1}, x_{t+1} / scale, (t + 1) / H)``, with the exclusive and the inclusive
+    running sums ``x_t = sum_{tau < t} r_tau`` and ``x_{t+1} = x_t + r_t``. The sums are taken
+    in time order on the scaled rewards, as the wrapper does, so on the steps an episode took
+    the results equal the wrapper's observations: bitwise when ``scale`` is a power of two,
+    within float32 rounding otherwise (XLA may turn a division by a constant into a
+    multiplication by its reciprocal, and fuse that with the sum, differently in the two
+    programs). Padding steps after a termination (zero reward) keep ``x`` and advance ``t``.
+
+    Args:
+      observations: ``(N, T, obs)`` environment observations ``s_t``.
+      next_observations: ``(N, T, obs)``, ``s_{t+1}``.
+      rewards: ``(N, T, m)`` reward vectors ``r_t``.
+      horizon: ``H``, a positive int.
+      scale: a float or ``(m,)``, > 0; concrete, not traced.
+
+    Returns:
+      ``(augmented, next_augmented)``, each float32 ``(N, T, obs + m + 1)``.
+    """
+    horizon = check_positive_int(horizon, "horizon")
+    if jnp.ndim(observations) != 3 or jnp.ndim(rewards) != 3:
+        raise ValueError(
+            f"observations and rewards must be (N, T, obs) and (N, T, m), got "
+            f"{jnp.shape(observations)} and {jnp.shape(rewards)}"
+        )
+    if jnp.shape(next_observations) != jnp.shape(observations):
+        raise ValueError(
+            f"next_observations must have the shape of observations {jnp.shape(observations)}, "
+            f"got {jnp.shape(next_observations)}"
+        )
+    episodes, steps, size = jnp.shape(rewards)
+    if jnp.shape(observations)[:2] != (episodes, steps):
+        raise ValueError(
+            f"rewards must share (N, T) with observations {jnp.shape(observations)[:2]}, "
+            f"got {(episodes, steps)}"
+        )
+    scale = _check_scale(scale, size)
+    scaled = jnp.asarray(rewards, jnp.float32) / scale.reshape(1, 1, size)
+
+    def accumulate(total, reward):
+        new_total = total + reward
+        return new_total, (total, new_total)
+
+    zeros = jnp.zeros((episodes, size), jnp.float32)
+    _, (before, after) = jax.lax.scan(accumulate, zeros, jnp.swapaxes(scaled, 0, 1))
+    time = jnp.arange(steps, dtype=jnp.float32)
+
+    def augment(obs, scaled_return, time):
+        time = jnp.broadcast_to((time / horizon)[None, :, None], (episodes, steps, 1))
+        obs = jnp.asarray(obs, jnp.float32)
+        return jnp.concatenate([obs, jnp.swapaxes(scaled_return, 0, 1), time], axis=-1)
+
+    return augment(observations, before, time), augment(next_observations, after, time + 1)

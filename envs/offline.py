@@ -1,0 +1,364 @@
+"""D4MORL-like offline datasets for multi-objective RL: collection, preference coverage, files.
+
+D4MORL (Zhu, Dang & Grover, "Scaling Pareto-efficient decision making via offline
+multi-objective RL", ICLR 2023) records episodes of preference-conditioned behaviour policies
+with their reward vectors and preferences, in "expert" (the policies as trained) and "amateur"
+(perturbed) quality and with narrow or wide preference coverage. Here:
+
+- :class:`OfflineDataset` holds fixed-length, episode-shaped arrays with a mask;
+- :func:`collect` rolls a policy out at given preferences, with Gaussian action noise for
+  amateur data;
+- :func:`preference_grid` makes wide or narrow preference sets;
+- :func:`save` / :func:`load` write and read ``.npz`` files, :func:`validate_dataset` checks one;
+- :func:`episode_returns` sums the vector returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs._brax import Env, Wrapper, training
+from envs._checks import check_kind, check_nonnegative
+from envs.multi_objective import check_positive_int, check_weights, reward_names_of
+
+Policy = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+"""``policy(preference (m,), observation (obs,), key) -> action (act,)``, jit-traceable."""
+
+COVERAGES = ("wide", "narrow")
+# A narrow preference set is the wide one shrunk towards the uniform preference by this
+# factor: for two objectives, the first weight spans [0.4, 0.6] instead of [0, 1].
+NARROW_SHRINK = 0.2
+# Fields collect sets from its arguments; metadata may repeat them only with the same value.
+_MEASURED = ("reward_names", "horizon", "episodes_per_preference", "action_noise")
+
+
+class OfflineDataset(NamedTuple):
+    """Episodes of ``T`` steps, padded after a termination; float32 numpy arrays.
+
+    ``mask`` is 1 on the steps that happened, up to and including the terminal one, and 0 on the
+    padding after it, whose rewards, actions and terminals are 0 and whose observations and next
+    observations both repeat the episode's final observation. The observations are the
+    environment's own, not augmented (see :func:`envs.augment_observations`). ``jax.tree.map``
+    over a dataset also visits the metadata's values; map over ``dataset[:-1]`` for the arrays
+    alone.
+    """
+
+    observations: np.ndarray  # (N, T, obs): s_t
+    actions: np.ndarray  # (N, T, act): a_t, as taken (noise included, clipped to [-1, 1])
+    rewards: np.ndarray  # (N, T, m): reward vectors r_t, 0 on padding
+    next_observations: np.ndarray  # (N, T, obs): s_{t+1}
+    terminals: np.ndarray  # (N, T): 1 on the step whose transition ended the episode (done)
+    mask: np.ndarray  # (N, T): 1 on steps that happened, 0 on padding
+    preferences: np.ndarray  # (N, m): the behaviour policy's preference for each episode
+    # JSON-serialisable: env, reward_names, horizon, quality, coverage, policy, seed, ...
+    metadata: dict
+
+
+ARRAY_FIELDS = OfflineDataset._fields[:-1]
+
+
+def episode_returns(dataset: OfflineDataset) -> jax.Array:
+    """Summed vector return of each episode over the steps that happened, ``(N, m)``."""
+    rewards = jnp.asarray(dataset.rewards, jnp.float32)
+    return jnp.sum(jnp.where(jnp.asarray(dataset.mask)[..., None] > 0, rewards, 0.0), axis=1)
+
+
+def preference_grid(m: int, num: int, coverage: str = "wide", key=None) -> np.ndarray:
+    """Preferences on the simplex ``{w >= 0, sum w = 1}``, spread wide or narrow.
+
+    Without ``key``: the simplex lattice, every ``w`` with entries in
+    ``{0, 1/(num-1), ..., 1}``, ``C(num + m - 2, m - 1)`` rows (``num`` for ``m = 2``, ordered
+    by increasing first weight). With ``key``: ``num`` independent draws uniform on the simplex
+    (Dirichlet(1, ..., 1)). ``coverage="wide"`` keeps them; ``"narrow"`` maps each to
+    ``u + NARROW_SHRINK (w - u)``, ``u`` the uniform preference ``1/m``, which concentrates the
+    set around ``u`` (with ``m = 2`` and the lattice: first weights evenly in [0.4, 0.6]).
+
+    Args:
+      m: number of objectives, >= 2.
+      num: lattice points per edge (>= 2) without ``key``, draws (>= 1) with it.
+      coverage: ``"wide"`` or ``"narrow"``.
+      key: a JAX PRNG key for random draws, or None for the lattice.
+
+    Returns:
+      float32 ``(rows, m)``, rows summing to 1.
+    """
+    m = check_positive_int(m, "m")
+    if m < 2:
+        raise ValueError(f"m={m} must be >= 2 objectives")
+    num = check_positive_int(num, "num")
+    check_kind(coverage, COVERAGES, "coverage")
+    if key is None:
+        if num < 2:
+            raise ValueError(f"num={num} must be >= 2 lattice points per edge (or pass a key)")
+        # Stars and bars: m - 1 bar positions among num + m - 2 slots give the m counts.
+        counts = [
+            np.diff(np.r_[-1, bars, num + m - 2]) - 1
+            for bars in itertools.combinations(range(num + m - 2), m - 1)
+        ]
+        weights = np.asarray(counts, np.float64) / (num - 1)
+    else:
+        weights = np.asarray(jax.random.dirichlet(key, jnp.ones(m), (num,)), np.float64)
+    if coverage == "narrow":
+        weights = 1.0 / m + NARROW_SHRINK * (weights - 1.0 / m)
+    return weights.astype(np.float32)
+
+
+def _check_unbatched(env: Env) -> None:
+    layer = env
+    batching = (training.VmapWrapper, training.EpisodeWrapper, training.AutoResetWrapper)
+    while True:
+        if isinstance(layer, batching):
+            raise ValueError(
+                "env is wrapped for training (auto-reset, vmap); pass the unbatched environment"
+            )
+        if not isinstance(layer, Wrapper):
+            return
+        layer = layer.env
+
+
+def _key_data(key) -> list[int]:
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    return np.asarray(key).reshape(-1).tolist()
+
+
+def _metadata(defaults: dict, metadata: dict | None) -> dict:
+    metadata = dict(metadata or {})
+    for name in _MEASURED:
+        if name in metadata and metadata[name] != defaults[name]:
+            raise ValueError(
+                f"metadata[{name!r}]={metadata[name]!r} contradicts the collection's "
+                f"{defaults[name]!r}; leave it out, collect records it"
+            )
+    merged = {**defaults, **metadata}
+    try:
+        json.dumps(merged)
+    except TypeError as error:
+        raise ValueError(f"metadata must be JSON-serialisable: {error}") from None
+    return merged
+
+
+def collect(
+    env: Env,
+    policy: Policy,
+    preferences,
+    *,
+    key: jax.Array,
+    episodes_per_preference: int,
+    horizon: int,
+    action_noise: float = 0.0,
+    metadata: dict | None = None,
+) -> OfflineDataset:
+    """Episodes of ``policy`` at each preference, as an :class:`OfflineDataset`.
+
+    Each episode is one ``lax.scan`` over ``horizon`` steps without auto-reset, vmapped over the
+    episodes and the preferences, all in one jitted call. The action taken is
+    ``clip(policy(w, s, key) + action_noise * eps, -1, 1)``, ``eps`` standard normal (noise makes
+    D4MORL's "amateur" data). The first ``done`` is sticky: the environment is not stepped past
+    it (its state is kept, so a Brax body cannot turn NaN), and the later steps are padding
+    (``mask = 0``, zero reward).
+
+    Args:
+      env: an unbatched multi-objective environment (see :mod:`envs.multi_objective`).
+      policy: see :data:`Policy`.
+      preferences: ``(P, m)``, each row finite, >= 0, not all zero.
+      key: a JAX PRNG key.
+      episodes_per_preference: ``E`` > 0; the dataset has ``N = P * E`` episodes, preference
+        ``p``'s at rows ``p * E`` to ``p * E + E - 1``.
+      horizon: ``T`` > 0 steps per episode.
+      action_noise: standard deviation of the Gaussian action noise, >= 0.
+      metadata: JSON-serialisable descriptions (``env``, ``quality``, ``coverage``,
+        ``policy``, ``seed``, ...) that override the defaults: the environment's class name,
+        ``"expert"`` without noise and ``"amateur"`` with it, ``"unknown"`` coverage, the
+        policy's name and ``seed=None``. ``reward_names``, ``horizon``, ``action_noise``,
+        ``episodes_per_preference`` and ``key`` (the key's data) are recorded by collect.
+    """
+    names = reward_names_of(env)
+    preferences = np.asarray(preferences, np.float32)
+    if preferences.ndim != 2 or preferences.shape[0] < 1:
+        raise ValueError(
+            f"preferences must be (P, {len(names)}) with P >= 1, got {preferences.shape}"
+        )
+    for i, row in enumerate(preferences):
+        check_weights(row, len(names), f"preferences[{i}]")
+    episodes = check_positive_int(episodes_per_preference, "episodes_per_preference")
+    horizon = check_positive_int(horizon, "horizon")
+    action_noise = check_nonnegative(action_noise, "action_noise")
+    if not callable(policy):
+        raise ValueError(f"policy={policy!r} must be callable (preference, observation, key)")
+    _check_unbatched(env)
+    defaults = {
+        "env": type(env.unwrapped).__name__,
+        "reward_names": list(names),
+        "horizon": horizon,
+        "quality": "amateur" if action_noise > 0 else "expert",
+        "coverage": "unknown",
+        "policy": getattr(policy, "__name__", type(policy).__name__),
+        "seed": None,
+        "episodes_per_preference": episodes,
+        "action_noise": action_noise,
+    }
+    metadata = {**_metadata(defaults, metadata), "key": _key_data(key)}
+
+    def episode(preference, key):
+        reset_key, steps_key = jax.random.split(key)
+        state = env.reset(reset_key)
+        if jnp.ndim(state.obs) != 1:
+            raise ValueError(f"env observations must be flat vectors, got {jnp.shape(state.obs)}")
+
+        def step(carry, key):
+            state, done = carry
+            policy_key, noise_key = jax.random.split(key)
+            action = policy(preference, state.obs, policy_key)
+            if jnp.shape(action) != (env.action_size,):
+                raise ValueError(
+                    f"policy returned an action of shape {jnp.shape(action)}, expected "
+                    f"({env.action_size},)"
+                )
+            noise = action_noise * jax.random.normal(noise_key, jnp.shape(action))
+            action = jnp.clip(action + noise, -1.0, 1.0)
+            next_state = env.step(state, action)
+            active = jnp.logical_not(done)
+            kept = jax.tree.map(lambda new, old: jnp.where(active, new, old), next_state, state)
+            record = {
+                "observations": state.obs,
+                "actions": jnp.where(active, action, 0.0),
+                "rewards": jnp.where(active, next_state.info["reward_vector"], 0.0),
+                "next_observations": kept.obs,
+                "terminals": (active & (next_state.done > 0)).astype(jnp.float32),
+                "mask": active.astype(jnp.float32),
+            }
+            return (kept, done | (kept.done > 0)), record
+
+        start = (state, jnp.zeros((), bool))
+        return jax.lax.scan(step, start, jax.random.split(steps_key, horizon))[1]
+
+    def run(preferences, keys):
+        return jax.vmap(jax.vmap(episode, in_axes=(None, 0)))(preferences, keys)
+
+    keys = jax.random.split(key, (preferences.shape[0], episodes))
+    trajectories = jax.jit(run)(jnp.asarray(preferences), keys)
+    arrays = {
+        name: np.asarray(value, np.float32).reshape((-1,) + value.shape[2:])
+        for name, value in trajectories.items()
+    }
+    return OfflineDataset(
+        **arrays, preferences=np.repeat(preferences, episodes, axis=0), metadata=metadata
+    )
+
+
+def _shape_error(field: str, expected: str, shape: tuple) -> ValueError:
+    return ValueError(f"{field} must have shape {expected}, got {shape}")
+
+
+def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None) -> OfflineDataset:
+    """``dataset`` with float32 numpy arrays, after checking its shapes and values.
+
+    Raises:
+      ValueError: naming the field (or ``reward_size``) when shapes disagree between fields,
+        a value is not finite, ``terminals``/``mask`` are not 0/1 or break the padding rules
+        (mask non-increasing in time, terminals only on steps that happened, zero rewards on
+        padding), the metadata is not a dict whose ``reward_names`` match ``m``, or
+        ``reward_size`` is not the dataset's ``m``.
+    """
+    arrays = {name: np.asarray(getattr(dataset, name), np.float32) for name in ARRAY_FIELDS}
+    observations, rewards = arrays["observations"], arrays["rewards"]
+    if observations.ndim != 3:
+        raise _shape_error("observations", "(N, T, obs)", observations.shape)
+    n, t = observations.shape[:2]
+    if rewards.ndim != 3 or rewards.shape[:2] != (n, t):
+        raise _shape_error("rewards", f"({n}, {t}, m)", rewards.shape)
+    m = rewards.shape[2]
+    expected = {
+        "actions": (f"({n}, {t}, act)", lambda s: len(s) == 3 and s[:2] == (n, t)),
+        "next_observations": (str(observations.shape), lambda s: s == observations.shape),
+        "terminals": (f"({n}, {t})", lambda s: s == (n, t)),
+        "mask": (f"({n}, {t})", lambda s: s == (n, t)),
+        "preferences": (f"({n}, {m})", lambda s: s == (n, m)),
+    }
+    for name, (description, matches) in expected.items():
+        if not matches(arrays[name].shape):
+            raise _shape_error(name, description, arrays[name].shape)
+    for name, array in arrays.items():
+        bad = np.size(array) - np.count_nonzero(np.isfinite(array))
+        if bad:
+            raise ValueError(f"{name} must be finite; it has {bad} non-finite values")
+    mask, terminals = arrays["mask"], arrays["terminals"]
+    for name, array in (("mask", mask), ("terminals", terminals)):
+        if not np.all((array == 0) | (array == 1)):
+            raise ValueError(f"{name} must hold only 0 and 1")
+    if np.any(np.diff(mask, axis=1) > 0):
+        raise ValueError("mask must be non-increasing in time (padding only after the end)")
+    if np.any(terminals > mask):
+        raise ValueError("terminals must be 0 where mask is 0 (on padding)")
+    if np.any(rewards[mask == 0] != 0):
+        raise ValueError("rewards must be 0 where mask is 0 (on padding)")
+    if not isinstance(dataset.metadata, dict):
+        raise ValueError(f"metadata must be a dict, got {type(dataset.metadata).__name__}")
+    names = dataset.metadata.get("reward_names")
+    if names is not None and len(names) != m:
+        raise ValueError(f"metadata['reward_names']={names!r} must have m={m} entries")
+    if reward_size is not None and check_positive_int(reward_size, "reward_size") != m:
+        raise ValueError(
+            f"reward_size={reward_size} does not match the dataset's m={m} (rewards.shape[-1])"
+        )
+    return OfflineDataset(**arrays, metadata=dataset.metadata)
+
+
+def save(dataset: OfflineDataset, path) -> Path:
+    """Writes a validated ``dataset`` to ``path`` exactly (name it ``*.npz``): the arrays, and
+    the metadata as a JSON string. Returns the path."""
+    dataset = validate_dataset(dataset)
+    try:
+        text = json.dumps(dataset.metadata)
+    except TypeError as error:
+        raise ValueError(f"metadata must be JSON-serialisable: {error}") from None
+    arrays = {name: getattr(dataset, name) for name in ARRAY_FIELDS}
+    path = Path(path)
+    with path.open("wb") as file:
+        np.savez(file, metadata=np.asarray(text), **arrays)
+    return path
+
+
+def load(path, *, reward_size: int | None = None) -> OfflineDataset:
+    """Reads a dataset written by :func:`save` and validates it (see :func:`validate_dataset`).
+
+    Args:
+      path: the ``.npz`` file.
+      reward_size: if given, the dataset's ``m`` must equal it.
+
+    Raises:
+      FileNotFoundError: no file at ``path``.
+      ValueError: the file is not such a dataset: not an ``.npz``, a missing field, metadata
+        that is not a JSON object, or a failed validation.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no offline dataset file at {path}")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not an .npz archive, so not an offline dataset file")
+    with np.load(path, allow_pickle=False) as data:
+        missing = [name for name in OfflineDataset._fields if name not in data.files]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the field(s) {missing}; a dataset file has "
+                f"{list(OfflineDataset._fields)}"
+            )
+        arrays = {name: data[name] for name in ARRAY_FIELDS}
+        text = str(data["metadata"])
+    try:
+        metadata = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"metadata in {path} is not JSON: {error}") from None
+    if not isinstance(metadata, dict):
+        raise ValueError(f"metadata in {path} must be a JSON object, got {text[:80]!r}")
+    return validate_dataset(OfflineDataset(**arrays, metadata=metadata), reward_size=reward_size)

@@ -1,0 +1,249 @@
+"""Offline multi-objective datasets: collection with sticky termination and masks, action noise,
+preference coverage, the ``.npz`` round trip, and the errors of each bad input."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from envs._brax import Env, State, training
+
+HORIZON = 8
+
+
+class _StopAt(Env):
+    """Terminates on the step that reaches a per-episode stop drawn at reset, in [2, HORIZON + 3).
+
+    The observation is ``[t, stop]`` and the reward vector ``[1, t]``. Stepping past the end
+    gives NaN, as a fallen Brax body may, so collect must not step a finished episode.
+    """
+
+    reward_names = ("steps", "time")
+    reward_size = 2
+
+    def reset(self, rng):
+        stop = jax.random.randint(rng, (), 2, HORIZON + 3).astype(jnp.float32)
+        zero = jnp.zeros((), jnp.float32)
+        return State(
+            pipeline_state=None,
+            obs=jnp.stack([zero, stop]),
+            reward=zero,
+            done=zero,
+            info={"reward_vector": jnp.zeros((2,), jnp.float32)},
+        )
+
+    def step(self, state, action):
+        time, stop = state.obs[0], state.obs[1]
+        poison = jnp.where(time >= stop, jnp.nan, 0.0)
+        vector = jnp.stack([jnp.ones(()), time]) + poison
+        next_time = time + 1.0 + poison
+        return state.replace(
+            obs=jnp.stack([next_time, stop]),
+            reward=jnp.sum(vector),
+            done=(next_time >= stop).astype(jnp.float32),
+            info={**state.info, "reward_vector": vector},
+        )
+
+    @property
+    def observation_size(self):
+        return 2
+
+    @property
+    def action_size(self):
+        return 1
+
+    @property
+    def backend(self):
+        return "jax"
+
+
+def _policy(preference, observation, key):
+    """The first weight, shifted to [-0.5, 0.5], as the action."""
+    return preference[:1] - 0.5
+
+
+PREFERENCES = np.array([[1.0, 0.0], [0.25, 0.75], [0.5, 0.5]], np.float32)
+
+
+def _collect(env=None, policy=_policy, preferences=PREFERENCES, **kwargs):
+    arguments = {"key": jax.random.key(0), "episodes_per_preference": 4, "horizon": HORIZON}
+    return envs.collect(env or _StopAt(), policy, preferences, **(arguments | kwargs))
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return _collect(metadata={"env": "stop_at", "coverage": "narrow", "seed": 0})
+
+
+def test_collect_shapes_and_metadata(dataset):
+    n = 3 * 4
+    assert dataset.observations.shape == dataset.next_observations.shape == (n, HORIZON, 2)
+    assert dataset.actions.shape == (n, HORIZON, 1)
+    assert dataset.rewards.shape == (n, HORIZON, 2)
+    assert dataset.terminals.shape == dataset.mask.shape == (n, HORIZON)
+    np.testing.assert_array_equal(dataset.preferences, np.repeat(PREFERENCES, 4, axis=0))
+    for name in envs.offline.ARRAY_FIELDS:
+        assert getattr(dataset, name).dtype == np.float32
+    metadata = dataset.metadata
+    assert metadata["env"] == "stop_at" and metadata["coverage"] == "narrow"
+    assert metadata["reward_names"] == ["steps", "time"] and metadata["horizon"] == HORIZON
+    assert metadata["quality"] == "expert" and metadata["policy"] == "_policy"
+    assert metadata["seed"] == 0 and metadata["action_noise"] == 0.0
+    json.dumps(metadata)
+
+
+def test_collect_masks_after_the_termination(dataset):
+    stop = dataset.observations[:, 0, 1].astype(int)
+    assert (stop <= HORIZON).any() and (stop > HORIZON).any()  # both ends are exercised
+    for arrays in dataset[:-1]:
+        assert np.all(np.isfinite(arrays))  # the finished episodes were never stepped
+    steps = np.arange(HORIZON)[None, :]
+    np.testing.assert_array_equal(dataset.mask, steps < stop[:, None])
+    np.testing.assert_array_equal(dataset.terminals, steps == stop[:, None] - 1)
+    happened = dataset.mask[..., None]
+    clock = np.broadcast_to(steps, dataset.mask.shape)
+    np.testing.assert_array_equal(
+        dataset.rewards, happened * np.stack([np.ones_like(clock), clock], -1)
+    )
+    # The steps taken see the clock; the padding repeats the terminal observation.
+    time = np.minimum(steps, stop[:, None])
+    np.testing.assert_array_equal(dataset.observations[..., 0], time)
+    np.testing.assert_array_equal(
+        dataset.next_observations[..., 0], np.minimum(steps + 1, stop[:, None])
+    )
+    expected_actions = (dataset.preferences[:, :1] - 0.5)[:, None, :] * happened
+    np.testing.assert_array_equal(dataset.actions, expected_actions)
+    length = np.minimum(stop, HORIZON)
+    expected = np.stack([length, length * (length - 1) / 2], -1)
+    np.testing.assert_array_equal(envs.episode_returns(dataset), expected)
+
+
+def test_action_noise_makes_amateur_data(dataset):
+    noisy = _collect(action_noise=2.0)
+    assert noisy.metadata["quality"] == "amateur" and noisy.metadata["action_noise"] == 2.0
+    taken = noisy.actions[noisy.mask == 1]
+    assert np.all(np.abs(taken) <= 1.0) and np.any(np.abs(taken) == 1.0)
+    scripted = np.broadcast_to(noisy.preferences[:, None, :1] - 0.5, noisy.actions.shape)
+    assert np.std(taken - scripted[noisy.mask == 1]) > 0.5
+    # Same key, same episodes: the noise changes the actions only.
+    np.testing.assert_array_equal(noisy.mask, dataset.mask)
+
+
+def test_save_load_round_trip(dataset, tmp_path):
+    path = envs.save(dataset, tmp_path / "data.npz")
+    assert path == tmp_path / "data.npz"
+    loaded = envs.load(path, reward_size=2)
+    for name in envs.offline.ARRAY_FIELDS:
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(dataset, name))
+    assert loaded.metadata == dataset.metadata
+
+
+def _write(path, dataset, drop=(), **replace):
+    arrays = {name: getattr(dataset, name) for name in envs.offline.ARRAY_FIELDS} | replace
+    fields = {"metadata": np.asarray(json.dumps(dataset.metadata)), **arrays}
+    np.savez(path, **{name: value for name, value in fields.items() if name not in drop})
+    return path
+
+
+def test_load_rejects_bad_files(dataset, tmp_path):
+    missing = tmp_path / "missing.npz"
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        envs.load(missing)
+    text = tmp_path / "text.npz"
+    text.write_text("not an archive")
+    with pytest.raises(ValueError, match=r"text.npz is not an .npz archive"):
+        envs.load(text)
+    no_mask = _write(tmp_path / "no_mask.npz", dataset, drop=("mask",))
+    with pytest.raises(ValueError, match=r"lacks the field\(s\) \['mask'\]"):
+        envs.load(no_mask)
+    bad_preferences = _write(tmp_path / "p.npz", dataset, preferences=dataset.preferences[:5])
+    with pytest.raises(ValueError, match=r"preferences must have shape \(12, 2\), got \(5, 2\)"):
+        envs.load(bad_preferences)
+    rewards = dataset.rewards.copy()
+    rewards[0, 0, 1] = np.inf
+    with pytest.raises(ValueError, match=r"rewards must be finite; it has 1 non-finite"):
+        envs.load(_write(tmp_path / "inf.npz", dataset, rewards=rewards))
+    actions = dataset.actions[:, :3]
+    with pytest.raises(ValueError, match=r"actions must have shape \(12, 8, act\)"):
+        envs.load(_write(tmp_path / "a.npz", dataset, actions=actions))
+    with pytest.raises(ValueError, match=r"reward_size=3 does not match the dataset's m=2"):
+        envs.load(envs.save(dataset, tmp_path / "ok.npz"), reward_size=3)
+
+
+def test_validate_dataset_checks_the_padding(dataset):
+    mask = dataset.mask.copy()
+    mask[:, 0] = 0.0
+    with pytest.raises(ValueError, match=r"mask must be non-increasing in time"):
+        envs.validate_dataset(dataset._replace(mask=mask))
+    with pytest.raises(ValueError, match=r"terminals must hold only 0 and 1"):
+        envs.validate_dataset(dataset._replace(terminals=dataset.terminals * 0.5))
+    rewards = dataset.rewards + 1.0
+    with pytest.raises(ValueError, match=r"rewards must be 0 where mask is 0"):
+        envs.validate_dataset(dataset._replace(rewards=rewards))
+    metadata = dataset.metadata | {"reward_names": ["a"]}
+    with pytest.raises(ValueError, match=r"metadata\['reward_names'\]=\['a'\] must have m=2"):
+        envs.validate_dataset(dataset._replace(metadata=metadata))
+
+
+def test_collect_rejects_bad_inputs():
+    cases = [
+        ({"preferences": [[1.0, 0.0, 0.0]]}, r"preferences\[0\] must have shape \(2,\)"),
+        ({"preferences": [1.0, 0.0]}, r"preferences must be \(P, 2\) with P >= 1"),
+        (
+            {"preferences": [[1.0, 0.0], [0.0, 0.0]]},
+            r"preferences\[1\]=\[0.0, 0.0\] must be finite, >= 0",
+        ),
+        ({"episodes_per_preference": 0}, r"episodes_per_preference=0 must be a positive int"),
+        ({"horizon": -2}, r"horizon=-2 must be a positive int"),
+        ({"action_noise": -0.1}, r"action_noise=-0.1 must be >= 0"),
+        ({"metadata": {"horizon": 3}}, r"metadata\['horizon'\]=3 contradicts the collection's 8"),
+        ({"metadata": {"policy": object()}}, r"metadata must be JSON-serialisable"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            _collect(**kwargs)
+    with pytest.raises(ValueError, match=r"env must be a multi-objective environment"):
+        _collect(env=envs.PointGoal())
+    with pytest.raises(ValueError, match=r"env is wrapped for training"):
+        _collect(env=training.wrap(_StopAt(), 4))
+    with pytest.raises(ValueError, match=r"policy returned an action of shape \(2,\), expected"):
+        _collect(policy=lambda preference, observation, key: preference)
+
+
+def test_preference_grid_wide_and_narrow():
+    wide = envs.preference_grid(2, 5)
+    np.testing.assert_allclose(wide[:, 0], np.linspace(0.0, 1.0, 5))
+    np.testing.assert_allclose(wide.sum(-1), 1.0, rtol=1e-6)
+    narrow = envs.preference_grid(2, 5, "narrow")
+    np.testing.assert_allclose(narrow[:, 0], np.linspace(0.4, 0.6, 5), rtol=1e-6)
+    lattice = envs.preference_grid(3, 4)  # entries in {0, 1/3, 2/3, 1}
+    assert lattice.shape == (10, 3) and wide.dtype == np.float32
+    assert len({tuple(row) for row in np.round(lattice * 3).astype(int)}) == 10
+    np.testing.assert_allclose(lattice.sum(-1), 1.0, rtol=1e-6)
+    assert lattice.min() == 0.0 and lattice.max() == 1.0
+    drawn = envs.preference_grid(3, 200, key=jax.random.key(1))
+    assert drawn.shape == (200, 3) and drawn.min() >= 0.0
+    np.testing.assert_allclose(drawn.sum(-1), 1.0, rtol=1e-5)
+    assert drawn.max() > 0.8  # wide draws reach near the corners
+    close = envs.preference_grid(3, 200, "narrow", key=jax.random.key(1))
+    np.testing.assert_allclose(
+        close, 1 / 3 + envs.offline.NARROW_SHRINK * (drawn - 1 / 3), atol=1e-6
+    )
+    assert np.abs(close - 1 / 3).max() <= envs.offline.NARROW_SHRINK * (2 / 3) + 1e-6
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((1, 5), {}, r"m=1 must be >= 2 objectives"),
+        ((2, 1), {}, r"num=1 must be >= 2 lattice points per edge"),
+        ((2, 0), {}, r"num=0 must be a positive int"),
+        ((2, 5), {"coverage": "uniform"}, r"coverage='uniform' must be one of"),
+    ],
+)
+def test_preference_grid_checks_its_arguments(args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        envs.preference_grid(*args, **kwargs)
