@@ -68,3 +68,53 @@ def gaussian_kl(
 
 def gaussian_entropy(log_std: jax.Array) -> jax.Array:
     return jnp.sum(log_std + 0.5 * (1.0 + jnp.log(2.0 * jnp.pi)), axis=-1)
+
+
+class MixturePolicy(nn.Module):
+    """``obs -> (logits, means, log_stds)`` of a mixture of ``components`` diagonal Gaussians
+    over actions (shapes ``(..., K)``, ``(..., K, A)``, ``(..., K, A)``). Weighted behaviour
+    cloning (OptiDICE's policy extraction) fits a re-weighted behaviour distribution, which is
+    multimodal wherever the data's actions are, and a single Gaussian would average the modes.
+    """
+
+    action_size: int
+    components: int = 5
+    hidden: Sequence[int] = (256, 256)
+    min_log_std: float = -5.0
+    max_log_std: float = 1.0
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        h = obs
+        for width in self.hidden:
+            h = nn.relu(nn.Dense(width)(h))
+        k, a = self.components, self.action_size
+        logits = nn.Dense(k)(h)
+        means = nn.Dense(k * a)(h).reshape(*h.shape[:-1], k, a)
+        log_stds = nn.Dense(k * a)(h).reshape(*h.shape[:-1], k, a)
+        return logits, means, jnp.clip(log_stds, self.min_log_std, self.max_log_std)
+
+
+def mixture_log_prob(
+    logits: jax.Array, means: jax.Array, log_stds: jax.Array, action: jax.Array
+) -> jax.Array:
+    """``log sum_k softmax(logits)_k N(action; means_k, exp(log_stds_k)^2)``."""
+    per_component = gaussian_log_prob(means, log_stds, jnp.expand_dims(action, -2))
+    return jax.scipy.special.logsumexp(jax.nn.log_softmax(logits) + per_component, axis=-1)
+
+
+def mixture_mode(logits: jax.Array, means: jax.Array) -> jax.Array:
+    """The mean of the most probable component: the deterministic action."""
+    best = jnp.argmax(logits, axis=-1)
+    return jnp.take_along_axis(means, best[..., None, None], axis=-2)[..., 0, :]
+
+
+def mixture_sample(
+    key: jax.Array, logits: jax.Array, means: jax.Array, log_stds: jax.Array
+) -> jax.Array:
+    """One action per leading index: a component from ``softmax(logits)``, then its Gaussian."""
+    k_component, k_noise = jax.random.split(key)
+    chosen = jax.random.categorical(k_component, logits, axis=-1)
+    mean = jnp.take_along_axis(means, chosen[..., None, None], axis=-2)[..., 0, :]
+    log_std = jnp.take_along_axis(log_stds, chosen[..., None, None], axis=-2)[..., 0, :]
+    return mean + jnp.exp(log_std) * jax.random.normal(k_noise, mean.shape)

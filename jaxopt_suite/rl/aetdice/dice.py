@@ -28,7 +28,8 @@ where ``f*`` is the convex conjugate of ``f`` on ``w >= 0`` and the optimal rati
 
 Both are divided by a reward scale ``sigma`` (the spread of the per-step rewards), which
 makes ``alpha`` comparable across tasks. The policy is fitted by weighted behaviour cloning,
-``max E_D[w* log pi(a|s)]`` with ``w*`` normalised over the batch (OptiDICE's extraction).
+``max E_D[w* log pi(a|s)]`` with ``w*`` normalised over the batch, into a mixture of
+Gaussians (OptiDICE's extraction and policy class).
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ import jax.numpy as jnp
 import optax
 
 from jaxopt_suite._checks import check_settings
-from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_log_prob
+from jaxopt_suite.rl.networks import (
+    MixturePolicy,
+    ValueNetwork,
+    mixture_log_prob,
+    mixture_mode,
+    mixture_sample,
+)
 
 DIVERGENCES = ("chi2", "soft_chi2", "kl")
 # KL's ratio is exp(y - 1); the exponent is capped so float32 cannot overflow.
@@ -95,8 +102,9 @@ class DiceConfig:
     batch_size: int = 512
     hidden: tuple[int, ...] = (256, 256)
     policy_hidden: tuple[int, ...] = (256, 256)
+    policy_components: int = 5  # Gaussians in the policy's mixture
     learning_rate: float = 3e-4  # nu and the policy
-    dual_learning_rate: float = 3e-3  # the multipliers mu
+    dual_learning_rate: float = 3e-4  # the multipliers mu
     gradient_penalty: float = 1e-4  # times ||grad_s nu||^2: keeps nu smooth in s (ours)
 
     def checked(self) -> DiceConfig:
@@ -138,6 +146,7 @@ class DiceParams(NamedTuple):
     nu: Any
     dual: jax.Array  # (dual_size,) unconstrained parameters of mu
     policy: Any
+    residual: Any  # e_phi(s, a), the expected Bellman residual
 
 
 class DiceResult(NamedTuple):
@@ -158,15 +167,22 @@ def standardize(features: jax.Array, mean: jax.Array, std: jax.Array) -> jax.Arr
 
 
 def _networks(config: DiceConfig, action_size: int):
-    return ValueNetwork(config.hidden), GaussianPolicy(action_size, config.policy_hidden)
+    policy = MixturePolicy(action_size, config.policy_components, config.policy_hidden)
+    return ValueNetwork(config.hidden), policy
 
 
 def dual_loss(
     config: DiceConfig, nu_apply, nu_params, dual, data: DiceData, problem: DiceProblem,
-    steps: jax.Array, starts: jax.Array,
+    steps: jax.Array, starts: jax.Array, expected: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:  # fmt: skip
     """``L(nu, mu)`` (module docstring) on the transitions ``steps`` and the episodes
-    ``starts`` (index arrays); returns the loss and the Bellman residuals ``e``."""
+    ``starts`` (index arrays); returns the loss and the sampled Bellman residuals ``e``.
+
+    With ``expected`` (an estimate of ``E[e | s, a]`` per step, no gradient) the inner
+    maximum is taken at ``w* = w*(expected)``, i.e. the Lagrangian ``E_D[w* e - alpha f(w*)]``
+    replaces ``E_D[alpha f*(e / alpha)]``: its gradient in ``nu`` and ``mu`` is the dual's
+    gradient without the bias of plugging one sampled ``s'`` into a nonlinear ``f*``.
+    """
 
     def nu_of(features):
         return nu_apply(nu_params, standardize(features, data.feature_mean, data.feature_std))
@@ -179,13 +195,22 @@ def dual_loss(
         + data.continues[steps] * nu_of(data.next_features[steps])
         - value
     )
+    if expected is None:
+        inner = config.alpha * conjugate(config.divergence, e / config.alpha)
+    else:
+        w = ratio(config.divergence, expected / config.alpha)
+        inner = w * e - config.alpha * f_value(config.divergence, w)
     outer_term = (mu @ problem.offset - problem.outer.conjugate(mu)) / problem.scale
     initial = jnp.mean(nu_of(data.initial_features[starts]))
-    loss = problem.initial_weight * (outer_term + initial) + problem.step_weight * (
-        config.alpha * jnp.mean(conjugate(config.divergence, e / config.alpha))
-    )
+    loss = problem.initial_weight * (outer_term + initial) + problem.step_weight * jnp.mean(inner)
     penalty = config.gradient_penalty * jnp.mean(jnp.sum(value_grad**2, axis=-1))
     return loss + penalty, e
+
+
+def residual_inputs(data: DiceData, steps: jax.Array) -> jax.Array:
+    """The expected-residual network's input: the standardised features and the action."""
+    features = standardize(data.features[steps], data.feature_mean, data.feature_std)
+    return jnp.concatenate([features, data.actions[steps]], axis=-1)
 
 
 def policy_loss(
@@ -193,57 +218,74 @@ def policy_loss(
 ) -> jax.Array:
     """Weighted behaviour cloning: ``-sum w log pi(a|s) / sum w`` over the batch."""
     features = standardize(data.features[steps], data.feature_mean, data.feature_std)
-    mean, log_std = policy_apply(policy_params, features)
-    log_prob = gaussian_log_prob(mean, log_std, data.actions[steps])
+    log_prob = mixture_log_prob(*policy_apply(policy_params, features), data.actions[steps])
     return -jnp.sum(weights * log_prob) / jnp.maximum(jnp.sum(weights), 1e-8)
 
 
 def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     """``fit(data, problem, key) -> DiceResult``: one jitted scan of ``config.iterations``
-    Adam steps on ``nu``, ``mu`` and the policy (concurrently, as FairDICE trains them). With
-    ``weighted=False`` the policy is plain behaviour cloning (``w = 1``) and no ``nu`` is
-    trained. ``fit`` is pure, so it ``vmap``s over problems and keys."""
+    Adam steps on ``nu``, ``mu``, the expected-residual network and the policy (concurrently,
+    as FairDICE trains ``nu``, ``mu`` and the policy). With ``weighted=False`` the policy is
+    plain behaviour cloning (``w = 1``) and nothing else is trained. ``fit`` is pure, so it
+    ``vmap``s over problems and keys.
+
+    The ratio is ``w*(e_phi(s, a) / alpha)``, with ``e_phi`` regressed on the sampled
+    residuals ``e(s, a, s')`` (least squares, so it estimates ``E[e | s, a]``). Plugging the
+    sampled residual into ``w*`` instead (OptiDICE's estimator) is biased under stochastic
+    transitions: on the balance task's data it ranked actions by their lucky outcomes and
+    learned a policy worse than the data's; ``w*(E[e | s, a])`` recovers the optimum there
+    (``tests/rl/test_aetdice.py``).
+    """
     config = config.checked()
     nu_net, policy_net = _networks(config, action_size)
-    dual_optimizer = optax.multi_transform(
-        {"nu": optax.adam(config.learning_rate), "dual": optax.adam(config.dual_learning_rate)},
-        {"nu": "nu", "dual": "dual"},
+    residual_net = ValueNetwork(config.hidden)
+    critic_optimizer = optax.multi_transform(
+        {
+            "nu": optax.adam(config.learning_rate),
+            "dual": optax.adam(config.dual_learning_rate),
+            "residual": optax.adam(config.learning_rate),
+        },
+        {"nu": "nu", "dual": "dual", "residual": "residual"},
     )
     policy_optimizer = optax.adam(config.learning_rate)
 
     def fit(data: DiceData, problem: DiceProblem, key: jax.Array) -> DiceResult:
         feature_size = data.features.shape[-1]
-        k_nu, k_pi, k_run = jax.random.split(key, 3)
+        k_nu, k_residual, k_pi, k_run = jax.random.split(key, 4)
         dummy = jnp.zeros((1, feature_size))
         params = DiceParams(
             nu=nu_net.init(k_nu, dummy),
             dual=problem.outer.initial_dual(),
             policy=policy_net.init(k_pi, dummy),
+            residual=residual_net.init(k_residual, jnp.zeros((1, feature_size + action_size))),
         )
-        critic = {"nu": params.nu, "dual": params.dual}
-        carry = (params, dual_optimizer.init(critic), policy_optimizer.init(params.policy))
+        critic = {"nu": params.nu, "dual": params.dual, "residual": params.residual}
+        carry = (params, critic_optimizer.init(critic), policy_optimizer.init(params.policy))
         num_steps, num_episodes = data.features.shape[0], data.initial_features.shape[0]
 
+        def critic_loss(critic, steps, starts):
+            expected = residual_net.apply(critic["residual"], residual_inputs(data, steps))
+            loss, e = dual_loss(
+                config, nu_net.apply, critic["nu"], critic["dual"], data, problem, steps,
+                starts, jax.lax.stop_gradient(expected),
+            )  # fmt: skip
+            regression = jnp.mean((expected - jax.lax.stop_gradient(e)) ** 2)
+            return loss + regression, (loss, expected)
+
         def step(carry, key):
-            params, dual_state, policy_state = carry
+            params, critic_state, policy_state = carry
             k_steps, k_starts = jax.random.split(key)
             steps = jax.random.randint(k_steps, (config.batch_size,), 0, num_steps)
             starts = jax.random.randint(k_starts, (config.batch_size,), 0, num_episodes)
+            critic = {"nu": params.nu, "dual": params.dual, "residual": params.residual}
             if weighted:
-
-                def loss_fn(critic):
-                    return dual_loss(
-                        config, nu_net.apply, critic["nu"], critic["dual"], data, problem,
-                        steps, starts,
-                    )  # fmt: skip
-
-                critic = {"nu": params.nu, "dual": params.dual}
-                (loss, e), grads = jax.value_and_grad(loss_fn, has_aux=True)(critic)
-                updates, dual_state = dual_optimizer.update(grads, dual_state, critic)
+                (_, (loss, expected)), grads = jax.value_and_grad(critic_loss, has_aux=True)(
+                    critic, steps, starts
+                )
+                updates, critic_state = critic_optimizer.update(grads, critic_state, critic)
                 critic = optax.apply_updates(critic, updates)
-                weights = jax.lax.stop_gradient(ratio(config.divergence, e / config.alpha))
+                weights = ratio(config.divergence, expected / config.alpha)
             else:
-                critic = {"nu": params.nu, "dual": params.dual}
                 loss = jnp.zeros(())
                 weights = jnp.ones((config.batch_size,))
             pi_loss, pi_grads = jax.value_and_grad(
@@ -251,7 +293,7 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
             )(params.policy)
             pi_updates, policy_state = policy_optimizer.update(pi_grads, policy_state)
             policy = optax.apply_updates(params.policy, pi_updates)
-            params = DiceParams(critic["nu"], critic["dual"], policy)
+            params = DiceParams(critic["nu"], critic["dual"], policy, critic["residual"])
             metrics = {
                 "loss": loss,
                 "policy_loss": pi_loss,
@@ -259,7 +301,7 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
                 "ratio_max": jnp.max(weights),
                 "mu": problem.outer.multipliers(params.dual),
             }
-            return (params, dual_state, policy_state), metrics
+            return (params, critic_state, policy_state), metrics
 
         keys = jax.random.split(k_run, config.iterations)
         (params, _, _), metrics = jax.lax.scan(step, carry, keys)
@@ -273,10 +315,12 @@ def policy_action(
     key: jax.Array | None = None,
 ) -> jax.Array:  # fmt: skip
     """The policy's action at ``features`` (normalised with ``data_stats = (mean, std)`` as in
-    training), clipped to ``[-1, 1]``: the Gaussian's mean, or a sample when ``key`` is
-    given."""
+    training), clipped to ``[-1, 1]``: the mean of the mixture's most probable component, or a
+    sample when ``key`` is given."""
     _, policy_net = _networks(config, action_size)
-    mean, log_std = policy_net.apply(policy_params, standardize(features, *data_stats))
-    if key is not None:
-        mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-    return jnp.clip(mean, -1.0, 1.0)
+    logits, means, log_stds = policy_net.apply(policy_params, standardize(features, *data_stats))
+    if key is None:
+        action = mixture_mode(logits, means)
+    else:
+        action = mixture_sample(key, logits, means, log_stds)
+    return jnp.clip(action, -1.0, 1.0)

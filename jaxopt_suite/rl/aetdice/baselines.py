@@ -1,0 +1,197 @@
+"""The baselines of AETDICE, on the environment's own (Markov) state:
+
+* :func:`train_optidice`: OptiDICE (Lee et al., arXiv 2106.10783) on the linearly
+  scalarised reward ``w^T r``, ``w`` the utility's weights: SER and ESR agree for it, so
+  it is what a linear method can do for any preference.
+* :func:`train_serdice`: a FairDICE-style SER method (Kim et al., arXiv 2506.08062): the
+  discounted DICE dual with the utility's conjugate, ``max_d u(E_d[r] / (1 - gamma))``. It
+  optimises SER of a Markov policy and has no way to express ESR.
+* :func:`train_bc`: preference-conditioned behaviour cloning (D4MORL's BC(P), Zhu et al.,
+  ICLR 2023): ``pi(a | s, preference)`` fitted on every episode with its behaviour
+  preference, evaluated at the utility's (normalised) weights.
+
+The discounted DICE problem of the first two takes ``gamma`` on every step except a
+termination; the last stored step bootstraps from its next state, as the time limit does not
+end the task for a Markov policy.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxopt_suite.rl.aetdice.dice import DiceConfig, DiceData, DiceProblem, feature_statistics
+from jaxopt_suite.rl.aetdice.policy import (
+    TrainedPolicy,
+    check_dataset,
+    fit_problems,
+    flatten_steps,
+    reward_scale,
+)
+from jaxopt_suite.rl.aetdice.utilities import AET, Linear, linear, ser
+
+
+def markov_data(dataset, discount: float, extra: jax.Array | None = None) -> DiceData:
+    """The dataset's transitions on the environment's state (with ``extra (N, e)`` per-episode
+    features appended, e.g. the behaviour preference), ``gamma_t = gamma (1 - terminal)``."""
+    episodes, horizon = dataset.mask.shape
+    observations = jnp.asarray(dataset.observations, jnp.float32)
+    next_observations = jnp.asarray(dataset.next_observations, jnp.float32)
+    if extra is not None:
+        tiled = jnp.broadcast_to(extra[:, None, :], (episodes, horizon, extra.shape[-1]))
+        observations = jnp.concatenate([observations, tiled], axis=-1)
+        next_observations = jnp.concatenate([next_observations, tiled], axis=-1)
+    steps = flatten_steps(dataset.mask)
+
+    def flat(array):
+        array = jnp.asarray(array, jnp.float32)
+        return array.reshape((episodes * horizon, *array.shape[2:]))[steps]
+
+    features = flat(observations)
+    mean, std = feature_statistics(features)
+    return DiceData(
+        features=features,
+        next_features=flat(next_observations),
+        actions=flat(dataset.actions),
+        continues=discount * (1.0 - flat(dataset.terminals)),
+        initial_features=observations[:, 0],
+        feature_mean=mean,
+        feature_std=std,
+    )
+
+
+def discounted_problem(dataset, objective: AET, discount: float) -> DiceProblem:
+    """The discounted DICE problem of an SER objective (``h = id``) on the Markov state."""
+    if objective.inner is not None:
+        raise ValueError(
+            f"the discounted DICE baselines optimise SER objectives (h = id), got "
+            f"{objective.criterion}; AETDICE handles the others"
+        )
+    check_dataset(dataset, objective)
+    episodes, horizon = dataset.mask.shape
+    steps = flatten_steps(dataset.mask)
+    rewards = jnp.asarray(dataset.rewards, jnp.float32).reshape(episodes * horizon, -1)[steps]
+    # g's argument is the discounted return, E_d[r] / (1 - gamma); sigma is taken along g's
+    # gradient at the dataset's value of it.
+    direction = jax.grad(objective.outer.value)(jnp.mean(rewards, axis=0) / (1.0 - discount))
+    return DiceProblem(
+        rewards=rewards,
+        outer=objective.outer,
+        offset=jnp.zeros(rewards.shape[-1], jnp.float32),
+        scale=reward_scale(rewards, direction),
+        initial_weight=jnp.asarray(1.0 - discount, jnp.float32),
+        step_weight=jnp.asarray(1.0, jnp.float32),
+    )
+
+
+def _check_discount(discount: float) -> float:
+    if not 0.0 < float(discount) < 1.0:
+        raise ValueError(f"discount must lie in (0, 1), got {discount!r}")
+    return float(discount)
+
+
+def _train_discounted(method, dataset, objectives, key, config, discount):
+    config = DiceConfig() if config is None else config
+    discount = _check_discount(discount)
+    single = isinstance(objectives, AET)
+    objectives = [objectives] if single else list(objectives)
+    data = markov_data(dataset, discount)
+    problems = [discounted_problem(dataset, objective, discount) for objective in objectives]
+    action_size = data.actions.shape[-1]
+    results = fit_problems(
+        config, action_size, data, problems, jax.random.split(key, len(problems))
+    )
+    policies = [
+        TrainedPolicy(
+            method=method,
+            features="observation",
+            config=config,
+            action_size=action_size,
+            params=result.params.policy,
+            feature_mean=data.feature_mean,
+            feature_std=data.feature_std,
+            horizon=dataset.mask.shape[1],
+            metrics=result.metrics,
+        )  # fmt: skip
+        for result in results
+    ]
+    return policies[0] if single else policies
+
+
+def _weights_of(objective: AET) -> jax.Array:
+    utility = objective.outer if objective.inner is None else objective.inner
+    return utility.weights
+
+
+def train_optidice(
+    dataset, objectives, key: jax.Array, config: DiceConfig | None = None, *,
+    discount: float = 0.99,
+):  # fmt: skip
+    """Linear OptiDICE at each objective's utility weights (module docstring); one
+    Markov policy per objective."""
+    single = isinstance(objectives, AET)
+    linearised = [ser(linear(np.asarray(_weights_of(o)))) for o in
+                  ([objectives] if single else objectives)]  # fmt: skip
+    policies = _train_discounted("optidice", dataset, linearised, key, config, discount)
+    return policies[0] if single else policies
+
+
+def train_serdice(
+    dataset, objectives, key: jax.Array, config: DiceConfig | None = None, *,
+    discount: float = 0.99,
+):  # fmt: skip
+    """The FairDICE-style SER method (module docstring) for the SER form of each objective's
+    utility (for an ESR objective, its utility's SER: the Markov method's best proxy)."""
+    single = isinstance(objectives, AET)
+    as_ser = [o if o.inner is None else ser(o.inner) for o in
+              ([objectives] if single else objectives)]  # fmt: skip
+    policies = _train_discounted("serdice", dataset, as_ser, key, config, discount)
+    return policies[0] if single else policies
+
+
+def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = None):
+    """Preference-conditioned behaviour cloning (module docstring): one network trained on all
+    episodes, returned once per objective with the objective's normalised weights as its
+    preference."""
+    config = DiceConfig() if config is None else config
+    check_dataset(dataset)
+    single = isinstance(objectives, AET)
+    objectives = [objectives] if single else list(objectives)
+    preferences = jnp.asarray(dataset.preferences, jnp.float32)
+    if preferences.shape != (dataset.mask.shape[0], dataset.rewards.shape[-1]):
+        raise ValueError(
+            f"dataset.preferences must be (N, m) = "
+            f"{(dataset.mask.shape[0], dataset.rewards.shape[-1])}, got {preferences.shape}"
+        )
+    data = markov_data(dataset, 0.5, extra=preferences)
+    problem = DiceProblem(  # unused by plain cloning beyond its shapes
+        rewards=jnp.zeros((data.features.shape[0], 1)), outer=Linear(jnp.ones((1,))),
+        offset=jnp.zeros((1,)), scale=jnp.ones(()), initial_weight=jnp.ones(()),
+        step_weight=jnp.ones(()),
+    )  # fmt: skip
+    action_size = data.actions.shape[-1]
+    (result,) = fit_problems(config, action_size, data, [problem], key[None], weighted=False)
+    policies = []
+    for objective in objectives:
+        weights = _weights_of(objective)
+        if weights.shape[0] != dataset.rewards.shape[-1]:
+            raise ValueError(
+                f"the dataset's reward vectors have {dataset.rewards.shape[-1]} objectives but "
+                f"the utility has {weights.shape[0]} weights"
+            )
+        policies.append(
+            TrainedPolicy(
+                method="bc",
+                features="preference",
+                config=config,
+                action_size=action_size,
+                params=result.params.policy,
+                feature_mean=data.feature_mean,
+                feature_std=data.feature_std,
+                horizon=dataset.mask.shape[1],
+                preference=weights / jnp.sum(weights),
+                metrics=result.metrics,
+            )  # fmt: skip
+        )
+    return policies[0] if single else policies

@@ -1,0 +1,232 @@
+"""Fitting a DICE problem into a policy, and evaluating policies by online rollouts.
+
+:class:`TrainedPolicy` is what every method of this package returns: the policy network's
+parameters with the feature normalisation it was trained with and how its input is built
+from the environment's observation (``features``):
+
+* ``"observation"``: the observation itself (the Markov baselines);
+* ``"augmented"``: the observation with the accumulated return and the time appended, as
+  :class:`envs.AccumulatedReturnWrapper` builds it (AETDICE);
+* ``"timed"``: the observation with the time appended (AETDICE for SER);
+* ``"preference"``: the observation with a preference vector appended (conditioned BC).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxopt_suite.rl.aetdice.dice import (
+    DiceConfig,
+    DiceData,
+    DiceProblem,
+    DiceResult,
+    make_fit,
+    policy_action,
+)
+from jaxopt_suite.rl.aetdice.utilities import AET
+
+FEATURES = ("observation", "augmented", "timed", "preference")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TrainedPolicy:
+    """A policy learned from a dataset; ``act(features)`` is its deterministic action.
+
+    Attributes:
+      method: the method that trained it.
+      features: how its input is built (module docstring).
+      config: the training settings (the network sizes are read from it).
+      action_size: the environment's action size.
+      params: the policy network's parameters.
+      feature_mean, feature_std: the input normalisation, ``(F,)``.
+      horizon: the episode length the time feature is normalised by.
+      preference: ``(m,)``, the preference a ``"preference"`` policy is conditioned on.
+      metrics: the training metrics, per iteration.
+    """
+
+    method: str
+    features: str
+    config: DiceConfig
+    action_size: int
+    params: Any
+    feature_mean: jax.Array
+    feature_std: jax.Array
+    horizon: int
+    preference: jax.Array | None = None
+    metrics: dict | None = None
+
+    def act(self, features: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        """The action at ``features``: the mean, or a sample when ``key`` is given."""
+        return policy_action(
+            self.config, self.action_size, self.params,
+            (self.feature_mean, self.feature_std), features, key,
+        )  # fmt: skip
+
+
+_FIELDS = ("observations", "actions", "rewards", "next_observations", "terminals", "mask")
+
+
+def check_dataset(dataset, objective: AET | None = None) -> None:
+    """Raises ``ValueError`` unless ``dataset`` is a consistent episode-shaped dataset (the
+    fields of :class:`envs.offline.OfflineDataset`) whose reward vectors match ``objective``'s
+    number of objectives and on whose returns the objective is defined."""
+    missing = [name for name in _FIELDS if not hasattr(dataset, name)]
+    if missing:
+        raise ValueError(f"dataset lacks the fields {missing}; pass an envs.offline.OfflineDataset")
+    shapes = {name: np.shape(getattr(dataset, name)) for name in _FIELDS}
+    lead = shapes["mask"]
+    if len(lead) != 2 or lead[0] < 1 or lead[1] < 1:
+        raise ValueError(f"dataset.mask must be (N, T) with N, T >= 1, got {lead}")
+    for name in _FIELDS:
+        want = 2 if name in ("terminals", "mask") else 3
+        if len(shapes[name]) != want or shapes[name][:2] != lead:
+            raise ValueError(
+                f"dataset.{name} must have {want} axes starting with (N, T) = {lead}, "
+                f"got {shapes[name]}"
+            )
+    if shapes["next_observations"] != shapes["observations"]:
+        raise ValueError(
+            f"dataset.next_observations {shapes['next_observations']} must match "
+            f"dataset.observations {shapes['observations']}"
+        )
+    for name in _FIELDS:
+        if not np.all(np.isfinite(np.asarray(getattr(dataset, name)))):
+            raise ValueError(f"dataset.{name} must be finite")
+    if objective is None:
+        return
+    size = shapes["rewards"][-1]
+    expected = (objective.outer if objective.inner is None else objective.inner).weights.shape[0]
+    if size != expected:
+        raise ValueError(
+            f"the dataset's reward vectors have {size} objectives but the {objective.criterion} "
+            f"objective's utility has {expected} weights"
+        )
+    rewards = np.asarray(dataset.rewards, np.float64) * np.asarray(dataset.mask)[..., None]
+    partial = np.concatenate([np.zeros_like(rewards[:, :1]), np.cumsum(rewards, axis=1)], 1)
+    objective.check_returns(partial, partial[:, -1])
+
+
+def flatten_steps(mask: np.ndarray) -> np.ndarray:
+    """The flat indices ``n * T + t`` of the steps that happened (``mask == 1``)."""
+    return np.flatnonzero(np.asarray(mask).reshape(-1) > 0.5)
+
+
+def reward_scale(rewards: jax.Array, direction: jax.Array) -> jax.Array:
+    """``sigma``: the standard deviation of ``direction^T r`` over the steps (1 if it is 0)."""
+    spread = jnp.std(rewards @ direction)
+    return jnp.where(spread > 1e-8, spread, 1.0)
+
+
+@functools.lru_cache(maxsize=32)
+def _fit(config: DiceConfig, action_size: int, weighted: bool, batched: bool):
+    fit = make_fit(config, action_size, weighted=weighted)
+    if batched:
+        fit = jax.vmap(fit, in_axes=(None, 0, 0))
+    return jax.jit(fit)
+
+
+def fit_problems(
+    config: DiceConfig, action_size: int, data: DiceData, problems: Sequence[DiceProblem],
+    keys: jax.Array, *, weighted: bool = True,
+) -> list[DiceResult]:  # fmt: skip
+    """Runs the training scan on each problem (with its key), all in one ``vmap`` when there
+    are several of one kind (e.g. one utility at several preferences)."""
+    if len(problems) == 1:
+        return [_fit(config, action_size, weighted, False)(data, problems[0], keys[0])]
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *problems)
+    results = _fit(config, action_size, weighted, True)(data, stacked, keys)
+    return [jax.tree.map(lambda leaf, i=i: leaf[i], results) for i in range(len(problems))]
+
+
+@functools.partial(
+    jax.jit, static_argnames=("env", "policy_static", "episodes", "horizon", "deterministic")
+)
+def _rollout(
+    env, policy_static, params, mean, std, preference, key, *, episodes, horizon, deterministic
+):
+    features, config, action_size = policy_static
+    k_reset, k_steps = jax.random.split(key)
+    state = jax.vmap(env.reset)(jax.random.split(k_reset, episodes))
+    size = state.info["reward_vector"].shape[-1]
+
+    def step(carry, key):
+        state, alive, total = carry
+        obs = state.obs
+        if features == "preference":
+            obs = jnp.concatenate([obs, jnp.broadcast_to(preference, (episodes, size))], -1)
+        elif features == "timed":  # the wrapper's (s, x, t) without x
+            obs = jnp.concatenate([obs[:, : -size - 1], obs[:, -1:]], -1)
+        key = None if deterministic else key
+        action = policy_action(config, action_size, params, (mean, std), obs, key)
+        state = jax.vmap(env.step)(state, action)
+        # Steps after an episode's end are not defined (they may even be NaN): masked out.
+        reward = jnp.where(alive[:, None] > 0, state.info["reward_vector"], 0.0)
+        return (state, alive * (1.0 - state.done), total + reward), None
+
+    carry = (state, jnp.ones((episodes,)), jnp.zeros((episodes, size)))
+    (_, _, total), _ = jax.lax.scan(step, carry, jax.random.split(k_steps, horizon))
+    return total
+
+
+@functools.lru_cache(maxsize=32)
+def _augmented(env, horizon: int):
+    # One wrapper per (env, horizon), so the jitted rollout sees the same static env.
+    from envs import AccumulatedReturnWrapper
+
+    return AccumulatedReturnWrapper(env, horizon)
+
+
+def rollout_returns(
+    env, policy: TrainedPolicy, key: jax.Array, *, episodes: int, horizon: int | None = None,
+    deterministic: bool = False,
+) -> jax.Array:  # fmt: skip
+    """Vector returns ``(episodes, m)`` of ``policy`` in ``env`` (a multi-objective environment
+    of :mod:`envs`, unbatched) over ``horizon`` steps (the policy's own by default) or until
+    the episode ends. Actions are sampled unless ``deterministic``: under SER a stationary
+    policy may need to randomise to reach the optimum (a deterministic one picks a vertex)."""
+    horizon = policy.horizon if horizon is None else int(horizon)
+    if policy.features in ("augmented", "timed"):
+        env = _augmented(env, policy.horizon)
+    preference = policy.preference if policy.preference is not None else jnp.zeros(())
+    static = (policy.features, policy.config, policy.action_size)
+    return _rollout(
+        env, static, policy.params, policy.feature_mean, policy.feature_std, preference, key,
+        episodes=episodes, horizon=horizon, deterministic=deterministic,
+    )  # fmt: skip
+
+
+def evaluate(env, policy: TrainedPolicy, objective, key: jax.Array, *, episodes: int):
+    """The policy's achieved value of ``objective`` (an :class:`.utilities.AET`) by online
+    rollouts, acting by sampling or deterministically, whichever scores higher on a first batch
+    of ``episodes`` rollouts; the value is then measured on a fresh batch, so the choice does
+    not bias it. Sampling suits SER (which may need a randomised stationary policy),
+    the mixture's mode suits ESR on augmented states (deterministic there is optimal).
+
+    Returns:
+      ``(value, returns, deterministic)``: the value, the fresh batch's vector returns
+      ``(episodes, m)`` and the chosen way of acting.
+    """
+    from jaxopt_suite.rl.aetdice.utilities import aet_value
+
+    k_select, k_measure = jax.random.split(key)
+    scores = {
+        mode: float(
+            aet_value(
+                objective,
+                rollout_returns(env, policy, k_select, episodes=episodes, deterministic=mode),
+            )
+        )  # fmt: skip
+        for mode in (False, True)
+    }
+    deterministic = scores[True] > scores[False]
+    returns = rollout_returns(
+        env, policy, k_measure, episodes=episodes, deterministic=deterministic
+    )
+    return float(aet_value(objective, returns)), returns, deterministic

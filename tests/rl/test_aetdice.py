@@ -1,0 +1,125 @@
+"""AETDICE and its baselines end to end on the balance task, where the optimum is known."""
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from jaxopt_suite.rl import aetdice as A
+from jaxopt_suite.rl.aetdice import exact
+from jaxopt_suite.rl.aetdice import utilities as U
+
+HORIZON, SLIP = 10, 0.3
+CONFIG = A.DiceConfig(
+    iterations=3000, batch_size=256, hidden=(64, 64), policy_hidden=(64, 64), alpha=0.02
+)
+
+
+def _behaviour(preference, observation, key):
+    """Chooses objective 0 with probability preference[0] (the action's sign decides)."""
+    del observation
+    choose_left = jax.random.bernoulli(key, preference[0] / jnp.sum(preference))
+    return jnp.where(choose_left, 0.5, -0.5)[None]
+
+
+@functools.cache
+def _dataset():
+    return envs.collect(
+        envs.BalanceTask(slip=SLIP), _behaviour, envs.preference_grid(2, 11, "wide"),
+        key=jax.random.key(0), episodes_per_preference=40, horizon=HORIZON, action_noise=0.2,
+    )  # fmt: skip
+
+
+def _table(policy):
+    """The policy's deterministic choice ``P(choose 0 | t, k)`` on every augmented state."""
+    features = np.array(
+        [[1.0, k, t - k, t / HORIZON] for t in range(HORIZON) for k in range(HORIZON + 1)],
+        np.float32,
+    )
+    if policy.features == "timed":
+        features = features[:, [0, 3]]
+    actions = jax.jit(policy.act)(jnp.asarray(features))
+    return (np.asarray(actions[:, 0]) > 0).astype(float).reshape(HORIZON, HORIZON + 1)
+
+
+@pytest.mark.parametrize("name", ["tchebycheff", "threshold"])
+def test_aetdice_reaches_the_esr_optimum_that_markov_methods_cannot(name):
+    utility = {"tchebycheff": U.tchebycheff(m=2), "threshold": U.threshold([4.0, 4.0])}[name]
+    objective = U.esr(utility)
+    best, _ = exact.optimum(objective, HORIZON, SLIP)
+    policy = A.train_aetdice(_dataset(), objective, jax.random.key(1), CONFIG)
+    assert policy.features == "augmented"
+    achieved = exact.value(objective, _table(policy), HORIZON, SLIP)
+    assert achieved >= best - 0.02 * abs(best)
+    # no Markov policy of this task (its observation is constant) comes close
+    markov = max(exact.value(objective, p, HORIZON, SLIP) for p in np.linspace(0, 1, 101))
+    assert achieved > markov + 0.5 * (best - markov)
+
+
+def test_rollouts_agree_with_the_exact_value():
+    objective = U.esr(U.tchebycheff(m=2))
+    policy = A.train_aetdice(_dataset(), objective, jax.random.key(1), CONFIG)
+    exact_value = exact.value(objective, _table(policy), HORIZON, SLIP)
+    returns = A.rollout_returns(
+        envs.BalanceTask(slip=SLIP), policy, jax.random.key(2), episodes=4000,
+        deterministic=True,
+    )  # fmt: skip
+    chex.assert_shape(returns, (4000, 2))
+    chex.assert_trees_all_close(returns.sum(-1), jnp.full((4000,), float(HORIZON)))
+    values = objective.inner.value(returns)
+    standard_error = float(jnp.std(values)) / np.sqrt(4000)
+    assert float(jnp.mean(values)) == pytest.approx(exact_value, abs=5 * standard_error)
+
+
+def test_linear_utility_aetdice_matches_linear_optidice():
+    """For a linear utility SER = ESR and AETDICE solves OptiDICE's problem: both reach the
+    optimum (always choose objective 1) within the noise of the learned policies."""
+    objective = U.ser(U.linear([0.3, 0.7]))
+    best, _ = exact.optimum(objective, HORIZON, SLIP)
+    env = envs.BalanceTask(slip=SLIP)
+    values = {}
+    for method in ("aetdice", "optidice"):
+        kwargs = {"discount": 1 - 1 / HORIZON} if method == "optidice" else {}
+        policy = A.METHODS[method](_dataset(), objective, jax.random.key(3), CONFIG, **kwargs)
+        values[method], _, _ = A.evaluate(env, policy, objective, jax.random.key(4),
+                                          episodes=2000)  # fmt: skip
+    # one step's utility is 0.3 or 0.7, so the standard error of a 2000-episode mean is
+    # below 0.4 * sqrt(10 / 4 / 2000) = 0.015
+    for value in values.values():
+        assert value >= 0.95 * best
+    assert values["aetdice"] == pytest.approx(values["optidice"], abs=5 * 0.015 * np.sqrt(2))
+
+
+def test_a_batch_of_preferences_trains_in_one_call():
+    objectives = [U.esr(U.tchebycheff([w, 1 - w])) for w in (0.3, 0.5, 0.7)]
+    config = A.DiceConfig(iterations=200, batch_size=64, hidden=(32,), policy_hidden=(32,))
+    policies = A.train_aetdice(_dataset(), objectives, jax.random.key(5), config)
+    assert len(policies) == 3
+    chex.assert_shape(policies[0].metrics["loss"], (200,))
+    leaves = [jax.tree.leaves(p.params)[0] for p in policies]
+    assert not np.allclose(leaves[0], leaves[1])
+    bc = A.train_bc(_dataset(), objectives, jax.random.key(6), config)
+    chex.assert_trees_all_close(bc[0].preference, jnp.array([0.3, 0.7]))
+
+
+def test_bad_inputs_raise():
+    data = _dataset()
+    with pytest.raises(ValueError, match="reward vectors have 2 objectives but the ESR"):
+        A.train_aetdice(data, U.esr(U.tchebycheff(m=3)), jax.random.key(0), CONFIG)
+    shifted = data._replace(rewards=data.rewards - 1.0)
+    with pytest.raises(ValueError, match=r"undefined where G \+ shift <= 0.*pass shift >"):
+        A.train_aetdice(shifted, U.esr(U.nash_welfare(m=2)), jax.random.key(0), CONFIG)
+    with pytest.raises(ValueError, match="discount must lie in"):
+        A.train_optidice(data, U.ser(U.linear([1.0, 1.0])), jax.random.key(0), discount=1.0)
+    with pytest.raises(ValueError, match="dataset.actions must have 3 axes"):
+        A.train_aetdice(data._replace(actions=data.actions[..., 0]), U.esr(U.linear([1, 1])),
+                        jax.random.key(0), CONFIG)  # fmt: skip
+    with pytest.raises(ValueError, match="dataset.rewards must be finite"):
+        bad = data.rewards.copy()
+        bad[0, 0, 0] = np.nan
+        A.train_aetdice(data._replace(rewards=bad), U.esr(U.linear([1, 1])),
+                        jax.random.key(0), CONFIG)  # fmt: skip
