@@ -10,6 +10,7 @@ SUITES = {
     "bilevel": "benchmarks.bilevel",
     "boosting": "benchmarks.boosting",
     "lp": "benchmarks.lp",
+    "morl": "benchmarks.morl",
     "online_bilevel": "benchmarks.online_bilevel",
     "pwl": "benchmarks.pwl",
     "robust": "benchmarks.robust",

@@ -12,9 +12,10 @@
 
 For multi-objective RL (vector rewards in ``state.info['reward_vector']``):
 
-- :class:`VectorRewardWrapper`, :class:`ScalarizedRewardWrapper` and
-  :class:`AccumulatedReturnWrapper` (the AET augmented state, with its offline twin
-  :func:`augment_observations`);
+- :class:`VectorRewardWrapper`, :class:`ScalarizedRewardWrapper`,
+  :class:`PreferenceConditionedWrapper`, :class:`RewardScaleWrapper` and
+  :class:`AccumulatedReturnWrapper` (the AET
+  augmented state, with its offline twin :func:`augment_observations`);
 - :class:`BalanceTask` and the Brax tasks of :func:`make_multi_objective` /
   :func:`multi_objective_names`;
 - D4MORL-like offline data: :class:`OfflineDataset`, :func:`collect`,
@@ -41,6 +42,8 @@ from envs.metrics import episode_statistics
 from envs.mo_tasks import BalanceTask, make_multi_objective, multi_objective_names
 from envs.multi_objective import (
     AccumulatedReturnWrapper,
+    PreferenceConditionedWrapper,
+    RewardScaleWrapper,
     ScalarizedRewardWrapper,
     VectorRewardWrapper,
     augment_observations,
@@ -72,6 +75,8 @@ __all__ = [
     "MaxCostWrapper",
     "OfflineDataset",
     "PointGoal",
+    "PreferenceConditionedWrapper",
+    "RewardScaleWrapper",
     "ScalarizedRewardWrapper",
     "VectorRewardWrapper",
     "VelocityCostWrapper",

@@ -184,6 +184,81 @@ class ScalarizedRewardWrapper(Wrapper):
         return state.replace(reward=state.info["reward_vector"] @ self.weights)
 
 
+class RewardScaleWrapper(Wrapper):
+    """Divides the reward vector (and its metrics and the summed reward) by ``scale``: per
+    objective units, e.g. the range of a dataset's returns, so a policy trained on scaled data
+    sees the same accumulated returns online.
+
+    Args:
+      env: a multi-objective environment (see the module docstring).
+      scale: a float or ``(m,)``, > 0.
+    """
+
+    def __init__(self, env: Env, scale):
+        super().__init__(env)
+        self.scale = _check_scale(scale, len(reward_names_of(env)))
+
+    def reset(self, rng: jax.Array) -> State:
+        return self._scaled(self.env.reset(rng))
+
+    def step(self, state: State, action: jax.Array) -> State:
+        return self._scaled(self.env.step(state, action))
+
+    def _scaled(self, state: State) -> State:
+        vector = state.info["reward_vector"] / self.scale
+        return _with_reward_vector(state, vector, reward_names_of(self.env))
+
+
+class PreferenceConditionedWrapper(Wrapper):
+    """Draws a preference per episode and conditions the task on it: the observation gets the
+    preference ``w`` appended (``observation_size + m``) and ``state.reward = w . r_t``.
+
+    One scalar-reward learner (PPO) on this environment trains a preference-conditioned
+    behaviour policy ``pi(a | s, w)`` for all the preferences at once, as PGMORL-style data
+    needs. On reset ``w`` is a random convex combination of the rows of ``preferences``
+    (Dirichlet(1) weights), so a batch of slots covers their hull rather than betting on each
+    row being drawn; steps read ``w`` back from the incoming observation (not from ``info``),
+    so under Brax's ``AutoResetWrapper``, which restores each environment's first
+    observation, every batch slot keeps the preference it was reset with.
+
+    Args:
+      env: a multi-objective environment (see the module docstring).
+      preferences: ``(P, m)``, each row finite, >= 0 and not all zero.
+    """
+
+    def __init__(self, env: Env, preferences):
+        super().__init__(env)
+        size = len(reward_names_of(env))
+        array = np.asarray(preferences, dtype=np.float32)
+        if array.ndim != 2 or array.shape[0] < 1:
+            raise ValueError(f"preferences must be (P, {size}) with P >= 1, got {array.shape}")
+        for i, row in enumerate(array):
+            check_weights(row, size, f"preferences[{i}]")
+        self.preferences = array
+
+    def reset(self, rng: jax.Array) -> State:
+        rng, pick = jax.random.split(rng)
+        state = self.env.reset(rng)
+        mix = jax.random.dirichlet(pick, jnp.ones(self.preferences.shape[0]))
+        return self._condition(state, mix @ jnp.asarray(self.preferences))
+
+    def step(self, state: State, action: jax.Array) -> State:
+        size = self.preferences.shape[1]
+        preference = state.obs[..., -size:]
+        state = self.env.step(state.replace(obs=state.obs[..., :-size]), action)
+        return self._condition(state, preference)
+
+    @staticmethod
+    def _condition(state: State, preference: jax.Array) -> State:
+        vector = state.info["reward_vector"]
+        obs = jnp.concatenate([state.obs, preference.astype(state.obs.dtype)], axis=-1)
+        return state.replace(obs=obs, reward=jnp.sum(vector * preference, axis=-1))
+
+    @property
+    def observation_size(self) -> int:
+        return self.env.observation_size + self.preferences.shape[1]
+
+
 class AccumulatedReturnWrapper(Wrapper):
     """Appends ``x_t / scale`` (m) and ``t / horizon`` (1) to the observation.
 

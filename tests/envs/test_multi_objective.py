@@ -340,3 +340,51 @@ def test_augment_observations_checks_shapes():
     )
     assert augmented.shape == next_augmented.shape == (2, 5, 6)
     np.testing.assert_allclose(next_augmented[0, :, 3], np.arange(1, 6) / 2.0)
+
+
+def test_preference_conditioned_wrapper_keeps_each_slot_preference_across_resets():
+    preferences = np.array([[1.0, 0.0], [0.2, 0.8], [0.5, 0.5]], np.float32)
+    env = training.wrap(
+        envs.PreferenceConditionedWrapper(envs.BalanceTask(), preferences), EPISODE_LENGTH
+    )
+    assert env.observation_size == 1 + 2
+
+    @jax.jit
+    def run(key):
+        state = env.reset(jax.random.key_data(jax.random.split(key, 16)))
+        first = state.obs[:, 1:]
+
+        def body(state, key):
+            action = jax.random.uniform(key, (16, 1), minval=-1.0, maxval=1.0)
+            state = env.step(state, action)
+            return state, (state.obs[:, 1:], state.reward, state.info["reward_vector"])
+
+        _, (prefs, rewards, vectors) = jax.lax.scan(body, state, jax.random.split(key, 35))
+        return first, prefs, rewards, vectors
+
+    first, prefs, rewards, vectors = run(jax.random.key(7))
+    # every slot holds a convex combination of the preferences (rows on the simplex, so
+    # weights >= 0 summing to 1), and keeps it over 3 automatic resets
+    assert np.all(np.asarray(first) >= 0)
+    np.testing.assert_allclose(np.asarray(first).sum(-1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(prefs), np.broadcast_to(first, prefs.shape))
+    assert len({tuple(row) for row in np.asarray(first)}) > 1
+    expected = jnp.sum(vectors * prefs, axis=-1)
+    np.testing.assert_allclose(np.asarray(rewards), np.asarray(expected), rtol=1e-6)
+
+
+def test_preference_conditioned_wrapper_rejects_bad_preferences():
+    with pytest.raises(ValueError, match=r"preferences must be \(P, 2\)"):
+        envs.PreferenceConditionedWrapper(envs.BalanceTask(), [1.0, 0.0])
+    with pytest.raises(ValueError, match=r"preferences\[1\].*not all zero"):
+        envs.PreferenceConditionedWrapper(envs.BalanceTask(), [[1.0, 0.0], [0.0, 0.0]])
+
+
+def test_reward_scale_wrapper_divides_the_vector_and_its_metrics():
+    env = envs.RewardScaleWrapper(envs.BalanceTask(slip=0.0), [2.0, 4.0])
+    state = env.step(env.reset(jax.random.key(0)), jnp.array([1.0]))
+    np.testing.assert_allclose(np.asarray(state.info["reward_vector"]), [0.5, 0.0])
+    assert float(state.metrics["reward_left"]) == 0.5
+    assert float(state.reward) == 0.5
+    with pytest.raises(ValueError, match="scale=.*must be finite and > 0"):
+        envs.RewardScaleWrapper(envs.BalanceTask(), [1.0, 0.0])

@@ -80,6 +80,7 @@ def _balance_population(objective, behaviour=0.5):
         scale=jnp.asarray(1.0),
         initial_weight=jnp.asarray(1.0 / HORIZON),
         step_weight=jnp.asarray(1.0),
+        initial_dual=objective.outer.initial_dual(jnp.full((objective.size,), HORIZON / 2.0)),
     )
     steps = np.repeat(np.arange(len(rows)), counts)
     occupancy = np.asarray(counts, np.float64) / np.sum(counts)  # d^D, mass 1/T per step t
@@ -103,7 +104,7 @@ def _solve_dual(config, data, problem, steps, num_states):
 
         return jax.value_and_grad(loss)(flat)
 
-    start = np.concatenate([np.zeros(num_states), np.asarray(problem.outer.initial_dual())])
+    start = np.concatenate([np.zeros(num_states), np.asarray(problem.initial_dual)])
     result = scipy.optimize.minimize(
         lambda v: tuple(np.asarray(a, np.float64) for a in loss_and_grad(jnp.asarray(v))),
         start, jac=True, method="L-BFGS-B", options={"maxiter": 5000, "gtol": 1e-10,

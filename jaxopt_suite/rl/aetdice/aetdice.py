@@ -101,6 +101,7 @@ def aetdice_problem(dataset, objective: AET) -> DiceProblem:
         scale=reward_scale(flat, direction),
         initial_weight=jnp.asarray(1.0 / horizon, jnp.float32),
         step_weight=jnp.asarray(steps.size / (episodes * horizon), jnp.float32),
+        initial_dual=objective.outer.initial_dual(mean_transformed),
     )
 
 

@@ -74,7 +74,8 @@ def discounted_problem(dataset, objective: AET, discount: float) -> DiceProblem:
     rewards = jnp.asarray(dataset.rewards, jnp.float32).reshape(episodes * horizon, -1)[steps]
     # g's argument is the discounted return, E_d[r] / (1 - gamma); sigma is taken along g's
     # gradient at the dataset's value of it.
-    direction = jax.grad(objective.outer.value)(jnp.mean(rewards, axis=0) / (1.0 - discount))
+    data_return = jnp.mean(rewards, axis=0) / (1.0 - discount)
+    direction = jax.grad(objective.outer.value)(data_return)
     return DiceProblem(
         rewards=rewards,
         outer=objective.outer,
@@ -82,6 +83,7 @@ def discounted_problem(dataset, objective: AET, discount: float) -> DiceProblem:
         scale=reward_scale(rewards, direction),
         initial_weight=jnp.asarray(1.0 - discount, jnp.float32),
         step_weight=jnp.asarray(1.0, jnp.float32),
+        initial_dual=objective.outer.initial_dual(data_return),
     )
 
 
@@ -168,7 +170,7 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     problem = DiceProblem(  # unused by plain cloning beyond its shapes
         rewards=jnp.zeros((data.features.shape[0], 1)), outer=Linear(jnp.ones((1,))),
         offset=jnp.zeros((1,)), scale=jnp.ones(()), initial_weight=jnp.ones(()),
-        step_weight=jnp.ones(()),
+        step_weight=jnp.ones(()), initial_dual=jnp.zeros((0,)),
     )  # fmt: skip
     action_size = data.actions.shape[-1]
     (result,) = fit_problems(config, action_size, data, [problem], key[None], weighted=False)

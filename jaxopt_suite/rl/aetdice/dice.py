@@ -104,8 +104,13 @@ class DiceConfig:
     policy_hidden: tuple[int, ...] = (256, 256)
     policy_components: int = 5  # Gaussians in the policy's mixture
     learning_rate: float = 3e-4  # nu and the policy
-    dual_learning_rate: float = 3e-4  # the multipliers mu
+    dual_learning_rate: float = 3e-3  # the multipliers mu
     gradient_penalty: float = 1e-4  # times ||grad_s nu||^2: keeps nu smooth in s (ours)
+
+    def __post_init__(self):
+        # tuples, so the config hashes (it keys the compiled training functions)
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        object.__setattr__(self, "policy_hidden", tuple(self.policy_hidden))
 
     def checked(self) -> DiceConfig:
         if self.divergence not in DIVERGENCES:
@@ -140,6 +145,7 @@ class DiceProblem(NamedTuple):
     scale: jax.Array  # () sigma
     initial_weight: jax.Array  # () c_0
     step_weight: jax.Array  # () c_1
+    initial_dual: jax.Array  # (dual_size,) where mu starts
 
 
 class DiceParams(NamedTuple):
@@ -255,7 +261,7 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
         dummy = jnp.zeros((1, feature_size))
         params = DiceParams(
             nu=nu_net.init(k_nu, dummy),
-            dual=problem.outer.initial_dual(),
+            dual=problem.initial_dual,
             policy=policy_net.init(k_pi, dummy),
             residual=residual_net.init(k_residual, jnp.zeros((1, feature_size + action_size))),
         )

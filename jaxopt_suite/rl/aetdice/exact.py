@@ -32,10 +32,10 @@ def _unit_probabilities(slip: float) -> np.ndarray:
     return np.array([1.0 - slip / 2.0, slip / 2.0])
 
 
-def _transformed(objective: AET, horizon: int) -> np.ndarray:
-    """``h(k, T - k)`` for ``k = 0..T``, ``(T + 1, k_out)``."""
+def _transformed(objective: AET, horizon: int, scale) -> np.ndarray:
+    """``h((k, T - k) / scale)`` for ``k = 0..T``, ``(T + 1, k_out)``."""
     k = np.arange(horizon + 1, dtype=np.float64)
-    returns = np.stack([k, horizon - k], axis=-1).astype(np.float32)
+    returns = (np.stack([k, horizon - k], axis=-1) / np.asarray(scale)).astype(np.float32)
     return np.asarray(objective.transform(jnp.asarray(returns)), np.float64)
 
 
@@ -54,16 +54,17 @@ def return_distribution(policy: np.ndarray, horizon: int, slip: float) -> np.nda
     return probs
 
 
-def value(objective: AET, policy: np.ndarray, horizon: int, slip: float) -> float:
-    """The exact ``g(E[h(G)])`` of a policy table (see :func:`return_distribution`)."""
+def value(objective: AET, policy: np.ndarray, horizon: int, slip: float, scale=1.0) -> float:
+    """The exact ``g(E[h(G / scale)])`` of a policy table (see :func:`return_distribution`);
+    ``scale`` (a number or ``(2,)``) divides the returns, as for rewards scaled by it."""
     probs = return_distribution(policy, horizon, slip)
-    expected = probs @ _transformed(objective, horizon)
+    expected = probs @ _transformed(objective, horizon, scale)
     return float(objective.outer.value(jnp.asarray(expected, jnp.float32)))
 
 
-def optimum(objective: AET, horizon: int, slip: float, grid: int = 200_001):
-    """The optimal value of ``objective`` over all (history-dependent) policies and an optimal
-    policy table ``(T, T + 1)``.
+def optimum(objective: AET, horizon: int, slip: float, scale=1.0, grid: int = 200_001):
+    """The optimal value of ``objective`` (of the returns divided by ``scale``) over all
+    (history-dependent) policies and an optimal policy table ``(T, T + 1)``.
 
     ``objective.inner`` None (SER) is solved over the expected number of 0-choices on a grid of
     ``grid`` points, with the stationary policy that attains it; otherwise (``k = 1``) by
@@ -75,11 +76,12 @@ def optimum(objective: AET, horizon: int, slip: float, grid: int = 200_001):
         chosen = np.linspace(0.0, horizon, grid)
         base = horizon * slip / 2.0
         returns = np.stack([base + (1 - slip) * chosen, base + (1 - slip) * (horizon - chosen)])
-        values = np.asarray(objective.outer.value(jnp.asarray(returns.T, jnp.float32)))
+        returns = returns.T / np.asarray(scale)
+        values = np.asarray(objective.outer.value(jnp.asarray(returns, jnp.float32)))
         best = int(np.argmax(values))
         policy = np.full((horizon, horizon + 1), chosen[best] / horizon)
         return float(values[best]), policy
-    values = _transformed(objective, horizon)[:, 0]
+    values = _transformed(objective, horizon, scale)[:, 0]
     policy = np.zeros((horizon, horizon + 1))
     for t in reversed(range(horizon)):
         stay, up = values[: t + 1], values[1 : t + 2]

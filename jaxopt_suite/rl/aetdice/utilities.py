@@ -27,7 +27,9 @@ preferences needs no recompile), with
 * ``multipliers(dual)`` and ``conjugate(mu)``: the concave conjugate representation
   ``u(y) = min_mu mu^T y - u_*(mu)`` that DICE duals need when ``u`` is the outer ``g``
   (FairDICE, arXiv 2506.08062), with ``mu`` parametrised by unconstrained ``dual`` variables
-  (``dual_size`` of them, initialised at ``initial_dual()``);
+  (``dual_size`` of them; ``initial_dual(at)`` puts ``mu`` at, or near, a supergradient of
+  ``u`` at a return ``at``, e.g. the data's mean, where the optimum of a policy close to the
+  data's lies);
 * ``check_returns(returns, name)``: a host-side check that ``u`` is defined on the returns.
 """
 
@@ -110,7 +112,8 @@ class Linear(NamedTuple):
     def dual_size(self) -> int:
         return 0
 
-    def initial_dual(self) -> jax.Array:
+    def initial_dual(self, at: jax.Array) -> jax.Array:
+        del at
         return jnp.zeros((0,), jnp.float32)
 
     def multipliers(self, dual: jax.Array) -> jax.Array:
@@ -146,8 +149,9 @@ class NashWelfare(NamedTuple):
     def dual_size(self) -> int:
         return self.weights.shape[0]
 
-    def initial_dual(self) -> jax.Array:
-        return jnp.zeros(self.weights.shape, jnp.float32)
+    def initial_dual(self, at: jax.Array) -> jax.Array:
+        """``mu = grad u(at)`` (``at`` a mean return): ``w / (at + shift)``."""
+        return jnp.log(self.weights) - jnp.log(jnp.maximum(at + self.shift, 1e-6))
 
     def multipliers(self, dual: jax.Array) -> jax.Array:
         return jnp.exp(dual)
@@ -189,7 +193,11 @@ class Tchebycheff(NamedTuple):
     def dual_size(self) -> int:
         return self.weights.shape[0]
 
-    def initial_dual(self) -> jax.Array:
+    def initial_dual(self, at: jax.Array) -> jax.Array:
+        """Equal mass on every objective (the middle of the supergradients at a tie): the
+        data's mean return often sits near the kink, where a one-sided start would bias
+        ``mu``."""
+        del at
         return jnp.zeros(self.weights.shape, jnp.float32)
 
     def multipliers(self, dual: jax.Array) -> jax.Array:
@@ -224,7 +232,10 @@ class Threshold(NamedTuple):
     def dual_size(self) -> int:
         return self.weights.shape[0]
 
-    def initial_dual(self) -> jax.Array:
+    def initial_dual(self, at: jax.Array) -> jax.Array:
+        """``p = 1/2`` (the middle of the supergradients at the kink): thresholds are often set
+        near the data's mean return, where a one-sided start would bias ``mu``."""
+        del at
         return jnp.zeros(self.weights.shape, jnp.float32)
 
     def multipliers(self, dual: jax.Array) -> jax.Array:
@@ -258,8 +269,9 @@ class RiskAverse(NamedTuple):
     def dual_size(self) -> int:
         return self.weights.shape[0]
 
-    def initial_dual(self) -> jax.Array:
-        return jnp.log(self.weights)
+    def initial_dual(self, at: jax.Array) -> jax.Array:
+        """``mu = grad u(at)`` (``at`` a mean return): ``w exp(-rho at)``."""
+        return jnp.log(self.weights) - self.rho * at
 
     def multipliers(self, dual: jax.Array) -> jax.Array:
         return jnp.exp(dual)

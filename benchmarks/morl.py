@@ -1,0 +1,310 @@
+"""Suite ``morl``: offline nonlinear multi-objective RL, AETDICE against linear OptiDICE, a
+FairDICE-style SER-DICE and preference-conditioned behaviour cloning.
+
+Tasks (``envs.make_multi_objective``):
+
+* ``mo_balance`` (10 steps, slip 0.3): data from a scripted behaviour that picks objective 0
+  with probability ``w_0`` at 11 preferences ``w`` (40 episodes each, action noise 0.2); the
+  optimum of every objective is known (:mod:`jaxopt_suite.rl.aetdice.exact`).
+* ``mo_hopper`` (forward, height, energy) and ``mo_halfcheetah`` (run, energy), 100-step
+  episodes: a preference-conditioned PPO behaviour policy (``train_behaviour``) is trained
+  in the run, then rolled out with action noise ``NOISE`` at its preferences (D4MORL-like
+  "expert, wide" data).
+
+Each task's rewards are divided by the range of its dataset's episode returns per objective,
+so the utilities' parameters mean the same on every task. The utilities, each at the
+evaluation preferences ``w`` (3 per task):
+
+* nonlinear: Nash welfare ``sum w_i log(G_i + shift)`` (``shift`` lifts the data's lowest
+  accumulated return to ``NASH_FLOOR``), Tchebycheff ``min_i w_i (G_i - z_i)`` (``z`` the data's
+  per-objective minimum), threshold ``sum w_i min(G_i, tau_i)`` (``tau`` the data's mean
+  return), risk-averse ``sum w_i (1 - exp(-2 G_i)) / 2``;
+* linear ``w^T G``, where SER and ESR coincide.
+
+For every nonlinear utility and criterion (SER, ESR): AETDICE on that objective; SER-DICE on
+the utility's SER (the Markov method has no ESR form; its policy is scored on both);
+OptiDICE at ``w`` (one policy per preference, scored on everything); BC conditioned on ``w``.
+Each policy's value comes from :func:`jaxopt_suite.rl.aetdice.evaluate` (online rollouts:
+sampled or deterministic actions, chosen on one batch, measured on a fresh one); a method's
+score is the mean over the preferences, its standard error from a bootstrap over episodes.
+Hypervolume and sparsity are those of each method's expected returns across the preferences.
+
+Targets (same run): for every nonlinear utility and both criteria, AETDICE's score >= the best
+baseline's on the balance task (and within 5% of the optimum at every preference) and on both
+Brax tasks; for the linear utility AETDICE matches OptiDICE within noise (``|diff| <= 2 SE``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import envs
+from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target
+from jaxopt_suite.rl import aetdice as A
+from jaxopt_suite.rl.aetdice import exact
+from jaxopt_suite.rl.aetdice import utilities as U
+from jaxopt_suite.rl.aetdice.behaviour import train_behaviour
+from jaxopt_suite.rl.morl_metrics import hypervolume, pareto_front, sparsity
+from jaxopt_suite.rl.ppo_lagrangian import PPOLagrangianConfig
+
+NOISE = 0.3
+SLIP = 0.3  # the balance task's
+# Nash welfare's shift lifts the data's lowest accumulated return to this (returns are scaled
+# to a range of 1): the smaller, the more the log bends over the returns. At 0.5 it was nearly
+# linear there: on the balance task the best Markov policy came within 1% of the optimum.
+NASH_FLOOR = 0.1
+EVAL_EPISODES = {"mo_balance": 1000, "mo_hopper": 200, "mo_halfcheetah": 200}
+BOOTSTRAP = 200
+FAMILIES = ("nash", "tchebycheff", "threshold", "risk_averse")
+CRITERIA = ("ser", "esr")
+BASELINES = ("serdice", "optidice", "bc")
+TASKS = {
+    "mo_balance": {
+        "horizon": 10, "preferences": ((0.3, 0.7), (0.5, 0.5), (0.7, 0.3)),
+        "dice": A.DiceConfig(iterations=6000, batch_size=256, hidden=(64, 64),
+                             policy_hidden=(64, 64), alpha=0.02),
+    },
+    "mo_hopper": {
+        "horizon": 100, "behaviour_iterations": 60, "episodes_per_preference": 50,
+        "preferences": ((1 / 3, 1 / 3, 1 / 3), (0.5, 0.25, 0.25), (0.25, 0.5, 0.25)),
+        "dice": A.DiceConfig(iterations=6000, batch_size=256, hidden=(128, 128),
+                             policy_hidden=(128, 128), alpha=0.05),
+    },
+    "mo_halfcheetah": {
+        "horizon": 100, "behaviour_iterations": 80, "episodes_per_preference": 50,
+        "preferences": ((0.3, 0.7), (0.5, 0.5), (0.7, 0.3)),
+        "dice": A.DiceConfig(iterations=6000, batch_size=256, hidden=(128, 128),
+                             policy_hidden=(128, 128), alpha=0.05),
+    },
+}  # fmt: skip
+QUICK_TASKS = {
+    "mo_balance": dict(
+        TASKS["mo_balance"], dice=dataclasses.replace(TASKS["mo_balance"]["dice"], iterations=3000)
+    )
+}
+
+
+def _balance_behaviour(preference, observation, key):
+    del observation
+    choose_left = jax.random.bernoulli(key, preference[0] / jnp.sum(preference))
+    return jnp.where(choose_left, 0.5, -0.5)[None]
+
+
+def dataset(name: str, task: dict) -> tuple[object, dict]:
+    """The task's offline dataset (rewards not yet normalised) and how it was made."""
+    env = envs.make_multi_objective(name, **({"slip": SLIP} if name == "mo_balance" else {}))
+    if name == "mo_balance":
+        prefs = envs.preference_grid(2, 11, "wide")
+        data = envs.collect(
+            env, _balance_behaviour, prefs, key=jax.random.key(0), episodes_per_preference=40,
+            horizon=task["horizon"], action_noise=0.2,
+            metadata={"coverage": "wide", "policy": "scripted: objective 0 w.p. w_0"},
+        )  # fmt: skip
+        return data, {"behaviour": "scripted"}
+    m = env.reward_size
+    prefs = envs.preference_grid(m, 3 if m == 3 else 5, "wide")
+    config = PPOLagrangianConfig(
+        num_envs=4 * len(prefs), episode_length=task["horizon"], unroll_length=task["horizon"],
+        iterations=task["behaviour_iterations"],
+    )  # fmt: skip
+    start = time.perf_counter()
+    policy, metrics = train_behaviour(env, prefs, jax.random.key(0), config)
+    seconds = time.perf_counter() - start
+    data = envs.collect(
+        env, policy, prefs, key=jax.random.key(1),
+        episodes_per_preference=task["episodes_per_preference"], horizon=task["horizon"],
+        action_noise=NOISE, metadata={"coverage": "wide", "policy": "PPO, preference-conditioned"},
+    )  # fmt: skip
+    curve = np.asarray(metrics["episode_return"], np.float64)
+    return data, {
+        "behaviour": "ppo",
+        "behaviour_preferences": prefs.tolist(),
+        "behaviour_seconds": seconds,
+        "behaviour_return_first_last": [float(curve[0]), float(curve[-1])],
+    }
+
+
+def normalised(data):
+    """The dataset with each objective's rewards divided by the range of its episode
+    returns, and that range."""
+    returns = np.asarray(envs.episode_returns(data), np.float64)
+    spread = np.maximum(returns.max(0) - returns.min(0), 1e-6)
+    rewards = np.asarray(data.rewards, np.float64) / spread
+    return data._replace(rewards=rewards.astype(np.float32)), spread
+
+
+def utilities(family: str, data, preferences) -> list:
+    """The family's utility at each preference, its parameters read off the (normalised)
+    dataset."""
+    rewards = np.asarray(data.rewards, np.float64) * np.asarray(data.mask)[..., None]
+    partial = np.cumsum(rewards, axis=1)
+    lowest = min(0.0, float(partial.min()))
+    returns = partial[:, -1]
+    out = []
+    for w in preferences:
+        w = np.asarray(w, np.float64)
+        if family == "nash":
+            out.append(U.nash_welfare(w, shift=NASH_FLOOR - lowest))
+        elif family == "tchebycheff":
+            out.append(U.tchebycheff(w, reference=returns.min(0)))
+        elif family == "threshold":
+            out.append(U.threshold(returns.mean(0), weights=w))
+        elif family == "risk_averse":
+            out.append(U.risk_averse(2.0, w))
+        else:
+            out.append(U.linear(w))
+    return out
+
+
+class _Scorer:
+    """Evaluates policies online on the normalised rewards, with bootstrap standard errors."""
+
+    def __init__(self, env, spread):
+        self.env = envs.RewardScaleWrapper(env, spread)
+        self.key = jax.random.key(1000)
+        self.draws = np.random.default_rng(0).integers(0, EVAL_EPISODES, (BOOTSTRAP, EVAL_EPISODES))
+
+    def __call__(self, policy, objective) -> dict:
+        self.key, key = jax.random.split(self.key)
+        value, returns, deterministic = A.evaluate(
+            self.env, policy, objective, key, episodes=self.episodes
+        )
+        boot = jax.vmap(lambda d: U.aet_value(objective, returns[d]))(jnp.asarray(self.draws))
+        return {
+            "value": value,
+            "se": float(jnp.std(boot)),
+            "mean_return": np.asarray(returns.mean(0)).tolist(),
+            "deterministic": bool(deterministic),
+        }
+
+
+def run_task(name: str, task: dict, advance) -> dict:
+    raw, made = dataset(name, task)
+    data, spread = normalised(raw)
+    env = envs.make_multi_objective(name, **({"slip": SLIP} if name == "mo_balance" else {}))
+    score = _Scorer(env, spread, EVAL_EPISODES[name])
+    config = task["dice"]
+    prefs = task["preferences"]
+    key = jax.random.key(7)
+    gamma = 1.0 - 1.0 / task["horizon"]
+    cell: dict = {"data": made, "spread": spread.tolist(), "episodes": int(raw.mask.shape[0])}
+    timings: dict = {}
+
+    def timed(label, fn):
+        start = time.perf_counter()
+        out = fn()
+        timings[label] = timings.get(label, 0.0) + time.perf_counter() - start
+        return out
+
+    linear_objectives = [U.ser(u) for u in utilities("linear", data, prefs)]
+    optidice = timed("optidice", lambda: A.train_optidice(data, linear_objectives, key, config,
+                                                          discount=gamma))  # fmt: skip
+    bc = timed("bc", lambda: A.train_bc(data, linear_objectives, key, config))
+    advance()
+    families = {}
+    for family in (*FAMILIES, "linear"):
+        family_utilities = utilities(family, data, prefs)
+        serdice = None
+        if family != "linear":
+            objectives = [U.ser(u) for u in family_utilities]
+            serdice = timed("serdice", lambda o=objectives: A.train_serdice(
+                data, o, key, config, discount=gamma))  # fmt: skip
+        for criterion in CRITERIA if family != "linear" else ("ser",):
+            objectives = [getattr(U, criterion)(u) for u in family_utilities]
+            ours = timed("aetdice", lambda o=objectives: A.train_aetdice(data, o, key, config))
+            methods = {"aetdice": ours, "optidice": optidice, "bc": bc}
+            if serdice is not None:
+                methods["serdice"] = serdice
+            entry = {}
+            for method, policies in methods.items():
+                per_pref = [score(p, o) for p, o in zip(policies, objectives, strict=True)]
+                entry[method] = {
+                    "per_preference": per_pref,
+                    "score": float(np.mean([r["value"] for r in per_pref])),
+                    "se": float(np.sqrt(sum(r["se"] ** 2 for r in per_pref)) / len(per_pref)),
+                }
+                points = np.array([r["mean_return"] for r in per_pref])
+                reference = np.asarray(data.rewards.sum(1)).min(0) - 0.05
+                entry[method]["hypervolume"] = hypervolume(points, reference)
+                entry[method]["sparsity"] = sparsity(points)
+                entry[method]["front_size"] = int(pareto_front(points).shape[0])
+            if name == "mo_balance":
+                entry["optimum"] = [
+                    exact.optimum(o, task["horizon"], SLIP, scale=spread)[0] for o in objectives
+                ]
+            families[f"{family}/{criterion}"] = entry
+            advance()
+    cell["objectives"] = families
+    cell["train_seconds"] = timings
+    return cell
+
+
+def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
+    tasks = QUICK_TASKS if quick else TASKS
+    units = len(tasks) * (1 + len(FAMILIES) * len(CRITERIA) + 1)
+    results = {}
+    with progress.stage("morl: tasks x objectives", units) as advance:
+        for name, task in tasks.items():
+            results[name] = run_task(name, task, advance)
+    return _summarise(results, tasks, quick)
+
+
+def _summarise(results, tasks, quick) -> SuiteResult:
+    summary, margins, optimum_gaps, linear_gaps = [], {}, [], []
+    for name, cell in results.items():
+        worst = np.inf
+        for label, entry in cell["objectives"].items():
+            ours = entry["aetdice"]
+            best_name = max((b for b in BASELINES if b in entry),
+                            key=lambda b: entry[b]["score"])  # fmt: skip
+            best = entry[best_name]
+            summary.append(SummaryRow("aetdice", f"{name} {label}: utility", ours["score"],
+                                      best_name, best["score"]))  # fmt: skip
+            if label.startswith("linear"):
+                diff = ours["score"] - entry["optidice"]["score"]
+                noise = np.hypot(ours["se"], entry["optidice"]["se"])
+                linear_gaps.append(abs(diff) / max(noise, 1e-12))
+                continue
+            worst = min(worst, ours["score"] - best["score"])
+            if "optimum" in entry:
+                for value, opt in zip(ours["per_preference"], entry["optimum"], strict=True):
+                    optimum_gaps.append((opt - value["value"]) / abs(opt))
+        margins[name] = worst
+    note = "quick run: the balance task only, 3000 iterations" if quick else ""
+    brax = [margins[n] for n in margins if n != "mo_balance"]
+    targets = [
+        Target.evaluate(
+            "balance: AETDICE - best baseline, worst nonlinear utility x criterion",
+            margins.get("mo_balance"), 0.0, ">=", note,
+        ),
+        Target.evaluate(
+            "balance: AETDICE's gap to the optimum, worst utility x criterion x preference",
+            max(optimum_gaps) if optimum_gaps else None, 0.05, "<=", note,
+        ),
+        Target.evaluate(
+            "Brax tasks: AETDICE - best baseline, worst task x nonlinear utility x criterion",
+            min(brax) if brax else None, 0.0, ">=", note,
+        ),
+        Target.evaluate(
+            "linear utility: |AETDICE - OptiDICE| / SE, worst task",
+            max(linear_gaps) if linear_gaps else None, 2.0, "<=", note,
+        ),
+    ]  # fmt: skip
+    parameters = {
+        "tasks": {
+            name: {k: (dataclasses.asdict(v) if k == "dice" else v) for k, v in task.items()}
+            for name, task in tasks.items()
+        },
+        "families": list(FAMILIES),
+        "criteria": list(CRITERIA),
+        "noise": NOISE,
+        "evaluation_episodes": EVAL_EPISODES,
+        "bootstrap": BOOTSTRAP,
+    }
+    return SuiteResult("morl", quick, parameters, results, summary, targets)
