@@ -165,10 +165,11 @@ def utilities(family: str, data, preferences) -> list:
 class _Scorer:
     """Evaluates policies online on the normalised rewards, with bootstrap standard errors."""
 
-    def __init__(self, env, spread):
+    def __init__(self, env, spread, episodes: int):
         self.env = envs.RewardScaleWrapper(env, spread)
         self.key = jax.random.key(1000)
-        self.draws = np.random.default_rng(0).integers(0, EVAL_EPISODES, (BOOTSTRAP, EVAL_EPISODES))
+        self.episodes = episodes
+        self.draws = np.random.default_rng(0).integers(0, episodes, (BOOTSTRAP, episodes))
 
     def __call__(self, policy, objective) -> dict:
         self.key, key = jax.random.split(self.key)

@@ -89,3 +89,11 @@ def test_ascpo_violates_less_than_scpo_on_the_point_task(tmp_path):
     assert out["ascpo"]["violation"] < out["scpo"]["violation"]
     assert out["ascpo"]["return"] > 2.0  # the goal is still reached
     assert sorted(p.name for p in tmp_path.iterdir()) == ["seed0", "seed1"]
+
+
+def test_aetdice_reaches_the_balance_optimum_where_markov_methods_cannot():
+    example = _load("aetdice_balance")
+    out = example.main(["--quick"])
+    assert out["aetdice"] >= 0.95 * out["optimum"]
+    assert out["aetdice"] > max(out["serdice"], out["bc"]) + 0.2
+    assert max(out["serdice"], out["bc"]) <= out["markov"] + 0.05  # the Markov ceiling
