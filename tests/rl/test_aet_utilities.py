@@ -171,3 +171,14 @@ def test_return_distribution_is_binomial_for_a_markov_policy():
 
     binomial = [comb(horizon, k) * up**k * (1 - up) ** (horizon - k) for k in range(7)]
     np.testing.assert_allclose(probs, binomial, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["nash", "risk_averse", "tchebycheff", "threshold"])
+def test_initial_dual_starts_at_a_supergradient_or_the_kinks_middle(name):
+    utility = UTILITIES[name]
+    at = jnp.array([1.5, 2.5])
+    mu = utility.multipliers(utility.initial_dual(at))
+    if name in ("nash", "risk_averse"):  # smooth: the gradient itself
+        chex.assert_trees_all_close(mu, jax.grad(utility.value)(at), rtol=1e-5)
+    else:  # kinked: the middle (sigmoid(0) = 1/2; softmax of two zeros = (1/2, 1/2))
+        chex.assert_trees_all_close(mu, utility.weights * 0.5, rtol=1e-6)

@@ -166,7 +166,7 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
             f"dataset.preferences must be (N, m) = "
             f"{(dataset.mask.shape[0], dataset.rewards.shape[-1])}, got {preferences.shape}"
         )
-    data = markov_data(dataset, 0.5, extra=preferences)
+    data = markov_data(dataset, 0.99, extra=preferences)  # cloning reads no discount
     problem = DiceProblem(  # unused by plain cloning beyond its shapes
         rewards=jnp.zeros((data.features.shape[0], 1)), outer=Linear(jnp.ones((1,))),
         offset=jnp.zeros((1,)), scale=jnp.ones(()), initial_weight=jnp.ones(()),

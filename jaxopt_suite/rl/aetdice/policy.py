@@ -37,7 +37,8 @@ FEATURES = ("observation", "augmented", "timed", "preference")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TrainedPolicy:
-    """A policy learned from a dataset; ``act(features)`` is its deterministic action.
+    """A policy learned from a dataset; ``act(features)`` is its action (the mixture's mode,
+    or a sample with a key).
 
     Attributes:
       method: the method that trained it.
@@ -61,6 +62,12 @@ class TrainedPolicy:
     horizon: int
     preference: jax.Array | None = None
     metrics: dict | None = None
+
+    def __post_init__(self):
+        if self.features not in FEATURES:
+            raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
+        if (self.features == "preference") != (self.preference is not None):
+            raise ValueError("a preference is given exactly for features='preference'")
 
     def act(self, features: jax.Array, key: jax.Array | None = None) -> jax.Array:
         """The action at ``features``: the mean, or a sample when ``key`` is given."""
