@@ -26,7 +26,8 @@ def test_unknown_suite_lists_the_valid_ones(capsys):
     err = capsys.readouterr().err
     assert (
         "unknown suite(s): no-such-suite" in err
-        and "valid suites: bilevel, boosting, lp, morl, online_bilevel, pwl, robust, safe_rl, zo" in err
+        and "valid suites: bilevel, boosting, lp, morl, online_bilevel, pwl, robust, safe_rl, zo"
+        in err
     )
 
 

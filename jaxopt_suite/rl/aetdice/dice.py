@@ -28,8 +28,9 @@ where ``f*`` is the convex conjugate of ``f`` on ``w >= 0`` and the optimal rati
 
 Both are divided by a reward scale ``sigma`` (the spread of the per-step rewards), which
 makes ``alpha`` comparable across tasks. The policy is fitted by weighted behaviour cloning,
-``max E_D[w* log pi(a|s)]`` with ``w*`` normalised over the batch, into a mixture of
-Gaussians (OptiDICE's extraction and policy class).
+``max E_D[w* log pi(a|s)]`` with ``w*`` normalised over the batch (OptiDICE's extraction),
+into a mixture of Gaussians: the re-weighted behaviour distribution is multimodal wherever
+the data's actions are.
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
 
     The ratio is ``w*(e_phi(s, a) / alpha)``, with ``e_phi`` regressed on the sampled
     residuals ``e(s, a, s')`` (least squares, so it estimates ``E[e | s, a]``). Plugging the
-    sampled residual into ``w*`` instead (OptiDICE's estimator) is biased under stochastic
+    sampled residual into ``w*`` instead is biased under stochastic
     transitions: on the balance task's data it ranked actions by their lucky outcomes and
     learned a policy worse than the data's; ``w*(E[e | s, a])`` recovers the optimum there
     (``tests/rl/test_aetdice.py``).
