@@ -123,12 +123,14 @@ def test_bad_inputs_raise():
     shifted = data._replace(rewards=data.rewards - 1.0)
     with pytest.raises(ValueError, match=r"undefined where G \+ shift <= 0.*pass shift >"):
         A.train_aetdice(shifted, U.esr(U.nash_welfare(m=2)), jax.random.key(0), CONFIG)
+    with pytest.raises(ValueError, match="dataset must be an envs.OfflineDataset"):
+        A.train_aetdice(tuple(data), U.esr(U.linear([1, 1])), jax.random.key(0), CONFIG)
     with pytest.raises(ValueError, match="discount must lie in"):
         A.train_optidice(data, U.ser(U.linear([1.0, 1.0])), jax.random.key(0), discount=1.0)
-    with pytest.raises(ValueError, match="dataset.actions must have 3 axes"):
+    with pytest.raises(ValueError, match=r"actions must have shape \(440, 10, act\)"):
         A.train_aetdice(data._replace(actions=data.actions[..., 0]), U.esr(U.linear([1, 1])),
                         jax.random.key(0), CONFIG)  # fmt: skip
-    with pytest.raises(ValueError, match="dataset.rewards must be finite"):
+    with pytest.raises(ValueError, match="rewards must be finite; it has 1 non-finite"):
         bad = data.rewards.copy()
         bad[0, 0, 0] = np.nan
         A.train_aetdice(data._replace(rewards=bad), U.esr(U.linear([1, 1])),

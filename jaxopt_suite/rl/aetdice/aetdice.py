@@ -115,6 +115,7 @@ def train_aetdice(
     config = DiceConfig() if config is None else config
     single = isinstance(objectives, AET)
     objectives = [objectives] if single else list(objectives)
+    check_dataset(dataset)
     with_return = any(objective.inner is not None for objective in objectives)
     data = augmented_data(dataset, with_return)
     problems = [aetdice_problem(dataset, objective) for objective in objectives]

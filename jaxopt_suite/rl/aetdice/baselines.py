@@ -96,6 +96,7 @@ def _check_discount(discount: float) -> float:
 def _train_discounted(method, dataset, objectives, key, config, discount):
     config = DiceConfig() if config is None else config
     discount = _check_discount(discount)
+    check_dataset(dataset)
     single = isinstance(objectives, AET)
     objectives = [objectives] if single else list(objectives)
     data = markov_data(dataset, discount)

@@ -77,38 +77,22 @@ class TrainedPolicy:
         )  # fmt: skip
 
 
-_FIELDS = ("observations", "actions", "rewards", "next_observations", "terminals", "mask")
-
-
 def check_dataset(dataset, objective: AET | None = None) -> None:
-    """Raises ``ValueError`` unless ``dataset`` is a consistent episode-shaped dataset (the
-    fields of :class:`envs.offline.OfflineDataset`) whose reward vectors match ``objective``'s
-    number of objectives and on whose returns the objective is defined."""
-    missing = [name for name in _FIELDS if not hasattr(dataset, name)]
-    if missing:
-        raise ValueError(f"dataset lacks the fields {missing}; pass an envs.offline.OfflineDataset")
-    shapes = {name: np.shape(getattr(dataset, name)) for name in _FIELDS}
-    lead = shapes["mask"]
-    if len(lead) != 2 or lead[0] < 1 or lead[1] < 1:
-        raise ValueError(f"dataset.mask must be (N, T) with N, T >= 1, got {lead}")
-    for name in _FIELDS:
-        want = 2 if name in ("terminals", "mask") else 3
-        if len(shapes[name]) != want or shapes[name][:2] != lead:
-            raise ValueError(
-                f"dataset.{name} must have {want} axes starting with (N, T) = {lead}, "
-                f"got {shapes[name]}"
-            )
-    if shapes["next_observations"] != shapes["observations"]:
+    """Raises ``ValueError`` unless ``dataset`` passes :func:`envs.validate_dataset` (an
+    episode-shaped :class:`envs.OfflineDataset`, consistent and finite) and its reward
+    vectors match ``objective``'s number of objectives, and the objective is defined on its
+    returns."""
+    from envs import OfflineDataset, validate_dataset
+
+    if not isinstance(dataset, OfflineDataset):
         raise ValueError(
-            f"dataset.next_observations {shapes['next_observations']} must match "
-            f"dataset.observations {shapes['observations']}"
+            f"dataset must be an envs.OfflineDataset (envs.collect or envs.load), got "
+            f"{type(dataset).__name__}"
         )
-    for name in _FIELDS:
-        if not np.all(np.isfinite(np.asarray(getattr(dataset, name)))):
-            raise ValueError(f"dataset.{name} must be finite")
+    validate_dataset(dataset)
     if objective is None:
         return
-    size = shapes["rewards"][-1]
+    size = np.shape(dataset.rewards)[-1]
     expected = (objective.outer if objective.inner is None else objective.inner).weights.shape[0]
     if size != expected:
         raise ValueError(
