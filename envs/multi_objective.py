@@ -159,7 +159,20 @@ class VectorRewardWrapper(Wrapper):
         return _with_reward_vector(next_state, jnp.stack(entries, axis=-1), self.reward_names)
 
 
-class ScalarizedRewardWrapper(Wrapper):
+class _StateMapWrapper(Wrapper):
+    """A wrapper that applies one map, :meth:`_map`, to the state of every reset and step."""
+
+    def reset(self, rng: jax.Array) -> State:
+        return self._map(self.env.reset(rng))
+
+    def step(self, state: State, action: jax.Array) -> State:
+        return self._map(self.env.step(state, action))
+
+    def _map(self, state: State) -> State:
+        raise NotImplementedError
+
+
+class ScalarizedRewardWrapper(_StateMapWrapper):
     """Sets ``state.reward = weights . info['reward_vector']``, a linear scalarisation.
 
     For training a behaviour policy at one preference with a scalar-reward learner (PPO); the
@@ -174,17 +187,11 @@ class ScalarizedRewardWrapper(Wrapper):
         super().__init__(env)
         self.weights = check_weights(weights, len(reward_names_of(env)))
 
-    def reset(self, rng: jax.Array) -> State:
-        return self._scalarize(self.env.reset(rng))
-
-    def step(self, state: State, action: jax.Array) -> State:
-        return self._scalarize(self.env.step(state, action))
-
-    def _scalarize(self, state: State) -> State:
+    def _map(self, state: State) -> State:
         return state.replace(reward=state.info["reward_vector"] @ self.weights)
 
 
-class RewardScaleWrapper(Wrapper):
+class RewardScaleWrapper(_StateMapWrapper):
     """Divides the reward vector (and its metrics and the summed reward) by ``scale``: per
     objective units, e.g. the range of a dataset's returns, so a policy trained on scaled data
     sees the same accumulated returns online.
@@ -198,13 +205,7 @@ class RewardScaleWrapper(Wrapper):
         super().__init__(env)
         self.scale = _check_scale(scale, len(reward_names_of(env)))
 
-    def reset(self, rng: jax.Array) -> State:
-        return self._scaled(self.env.reset(rng))
-
-    def step(self, state: State, action: jax.Array) -> State:
-        return self._scaled(self.env.step(state, action))
-
-    def _scaled(self, state: State) -> State:
+    def _map(self, state: State) -> State:
         vector = state.info["reward_vector"] / self.scale
         return _with_reward_vector(state, vector, reward_names_of(self.env))
 

@@ -29,13 +29,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite.rl.aetdice.dice import DiceConfig, DiceData, DiceProblem, feature_statistics
+from jaxopt_suite.rl.aetdice.dice import DiceConfig, DiceData, DiceProblem
 from jaxopt_suite.rl.aetdice.policy import (
     TrainedPolicy,
+    as_list,
     check_dataset,
+    dice_data,
     fit_problems,
     flatten_steps,
     reward_scale,
+    step_rows,
+    trained_policies,
 )
 from jaxopt_suite.rl.aetdice.utilities import AET, telescoped_rewards
 
@@ -59,23 +63,7 @@ def augmented_data(dataset, with_return: bool = True) -> DiceData:
         )
     last = np.arange(horizon) == horizon - 1
     continues = (1.0 - np.asarray(dataset.terminals)) * (1.0 - last[None, :])
-    steps = flatten_steps(dataset.mask)
-
-    def flat(array):
-        array = jnp.asarray(array, jnp.float32)
-        return array.reshape((episodes * horizon, *array.shape[2:]))[steps]
-
-    features_flat = flat(features)
-    mean, std = feature_statistics(features_flat)
-    return DiceData(
-        features=features_flat,
-        next_features=flat(next_features),
-        actions=flat(dataset.actions),
-        continues=flat(continues),
-        initial_features=jnp.asarray(features[:, 0], jnp.float32),
-        feature_mean=mean,
-        feature_std=std,
-    )
+    return dice_data(dataset, features, next_features, continues)
 
 
 def aetdice_problem(dataset, objective: AET) -> DiceProblem:
@@ -93,7 +81,7 @@ def aetdice_problem(dataset, objective: AET) -> DiceProblem:
     mean_transformed = offset + jnp.mean(jnp.sum(transformed, axis=1), axis=0)
     direction = jax.grad(objective.outer.value)(mean_transformed)
     steps = flatten_steps(dataset.mask)
-    flat = transformed.reshape(episodes * horizon, -1)[steps]
+    flat = step_rows(transformed, steps)
     return DiceProblem(
         rewards=flat,
         outer=objective.outer,
@@ -113,27 +101,13 @@ def train_aetdice(
     a policy of the augmented state for each (``config``: :class:`.dice.DiceConfig`). SER
     objectives (``h = id``) drop the accumulated return from the state and keep the time."""
     config = DiceConfig() if config is None else config
-    single = isinstance(objectives, AET)
-    objectives = [objectives] if single else list(objectives)
+    objectives, single = as_list(objectives)
     check_dataset(dataset)
     with_return = any(objective.inner is not None for objective in objectives)
     data = augmented_data(dataset, with_return)
     problems = [aetdice_problem(dataset, objective) for objective in objectives]
-    action_size = data.actions.shape[-1]
     keys = jax.random.split(key, len(problems))
-    results = fit_problems(config, action_size, data, problems, keys)
-    policies = [
-        TrainedPolicy(
-            method="aetdice",
-            features="augmented" if with_return else "timed",
-            config=config,
-            action_size=action_size,
-            params=result.params.policy,
-            feature_mean=data.feature_mean,
-            feature_std=data.feature_std,
-            horizon=dataset.mask.shape[1],
-            metrics=result.metrics,
-        )
-        for result in results
-    ]
+    results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
+    features = "augmented" if with_return else "timed"
+    policies = trained_policies("aetdice", features, config, data, results, dataset.mask.shape[1])
     return policies[0] if single else policies

@@ -21,13 +21,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite.rl.aetdice.dice import DiceConfig, DiceData, DiceProblem, feature_statistics
+from jaxopt_suite.rl.aetdice.dice import DiceConfig, DiceData, DiceProblem
 from jaxopt_suite.rl.aetdice.policy import (
-    TrainedPolicy,
+    as_list,
     check_dataset,
+    dice_data,
     fit_problems,
     flatten_steps,
     reward_scale,
+    step_rows,
+    trained_policies,
 )
 from jaxopt_suite.rl.aetdice.utilities import AET, Linear, linear, ser
 
@@ -42,23 +45,8 @@ def markov_data(dataset, discount: float, extra: jax.Array | None = None) -> Dic
         tiled = jnp.broadcast_to(extra[:, None, :], (episodes, horizon, extra.shape[-1]))
         observations = jnp.concatenate([observations, tiled], axis=-1)
         next_observations = jnp.concatenate([next_observations, tiled], axis=-1)
-    steps = flatten_steps(dataset.mask)
-
-    def flat(array):
-        array = jnp.asarray(array, jnp.float32)
-        return array.reshape((episodes * horizon, *array.shape[2:]))[steps]
-
-    features = flat(observations)
-    mean, std = feature_statistics(features)
-    return DiceData(
-        features=features,
-        next_features=flat(next_observations),
-        actions=flat(dataset.actions),
-        continues=discount * (1.0 - flat(dataset.terminals)),
-        initial_features=observations[:, 0],
-        feature_mean=mean,
-        feature_std=std,
-    )
+    continues = discount * (1.0 - np.asarray(dataset.terminals, np.float32))
+    return dice_data(dataset, observations, next_observations, continues)
 
 
 def discounted_problem(dataset, objective: AET, discount: float) -> DiceProblem:
@@ -69,9 +57,7 @@ def discounted_problem(dataset, objective: AET, discount: float) -> DiceProblem:
             f"{objective.criterion}; AETDICE handles the others"
         )
     check_dataset(dataset, objective)
-    episodes, horizon = dataset.mask.shape
-    steps = flatten_steps(dataset.mask)
-    rewards = jnp.asarray(dataset.rewards, jnp.float32).reshape(episodes * horizon, -1)[steps]
+    rewards = step_rows(dataset.rewards, flatten_steps(dataset.mask))
     # g's argument is the discounted return, E_d[r] / (1 - gamma); sigma is taken along g's
     # gradient at the dataset's value of it.
     data_return = jnp.mean(rewards, axis=0) / (1.0 - discount)
@@ -97,34 +83,11 @@ def _train_discounted(method, dataset, objectives, key, config, discount):
     config = DiceConfig() if config is None else config
     discount = _check_discount(discount)
     check_dataset(dataset)
-    single = isinstance(objectives, AET)
-    objectives = [objectives] if single else list(objectives)
     data = markov_data(dataset, discount)
     problems = [discounted_problem(dataset, objective, discount) for objective in objectives]
-    action_size = data.actions.shape[-1]
-    results = fit_problems(
-        config, action_size, data, problems, jax.random.split(key, len(problems))
-    )
-    policies = [
-        TrainedPolicy(
-            method=method,
-            features="observation",
-            config=config,
-            action_size=action_size,
-            params=result.params.policy,
-            feature_mean=data.feature_mean,
-            feature_std=data.feature_std,
-            horizon=dataset.mask.shape[1],
-            metrics=result.metrics,
-        )  # fmt: skip
-        for result in results
-    ]
-    return policies[0] if single else policies
-
-
-def _weights_of(objective: AET) -> jax.Array:
-    utility = objective.outer if objective.inner is None else objective.inner
-    return utility.weights
+    keys = jax.random.split(key, len(problems))
+    results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
+    return trained_policies(method, "observation", config, data, results, dataset.mask.shape[1])
 
 
 def train_optidice(
@@ -133,9 +96,8 @@ def train_optidice(
 ):  # fmt: skip
     """Linear OptiDICE at each objective's utility weights (module docstring); one
     Markov policy per objective."""
-    single = isinstance(objectives, AET)
-    linearised = [ser(linear(np.asarray(_weights_of(o)))) for o in
-                  ([objectives] if single else objectives)]  # fmt: skip
+    objectives, single = as_list(objectives)
+    linearised = [ser(linear(np.asarray(o.utility.weights))) for o in objectives]
     policies = _train_discounted("optidice", dataset, linearised, key, config, discount)
     return policies[0] if single else policies
 
@@ -146,9 +108,8 @@ def train_serdice(
 ):  # fmt: skip
     """The FairDICE-style SER method (module docstring) for the SER form of each objective's
     utility (for an ESR objective, its utility's SER: the Markov method's best proxy)."""
-    single = isinstance(objectives, AET)
-    as_ser = [o if o.inner is None else ser(o.inner) for o in
-              ([objectives] if single else objectives)]  # fmt: skip
+    objectives, single = as_list(objectives)
+    as_ser = [o if o.inner is None else ser(o.inner) for o in objectives]
     policies = _train_discounted("serdice", dataset, as_ser, key, config, discount)
     return policies[0] if single else policies
 
@@ -159,42 +120,28 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     preference."""
     config = DiceConfig() if config is None else config
     check_dataset(dataset)
-    single = isinstance(objectives, AET)
-    objectives = [objectives] if single else list(objectives)
+    objectives, single = as_list(objectives)
+    size = dataset.rewards.shape[-1]
+    for objective in objectives:
+        if objective.utility.weights.shape[0] != size:
+            raise ValueError(
+                f"the dataset's reward vectors have {size} objectives but the utility has "
+                f"{objective.utility.weights.shape[0]} weights"
+            )
+    # check_dataset has checked that the preferences are (N, m)
     preferences = jnp.asarray(dataset.preferences, jnp.float32)
-    if preferences.shape != (dataset.mask.shape[0], dataset.rewards.shape[-1]):
-        raise ValueError(
-            f"dataset.preferences must be (N, m) = "
-            f"{(dataset.mask.shape[0], dataset.rewards.shape[-1])}, got {preferences.shape}"
-        )
     data = markov_data(dataset, 0.99, extra=preferences)  # cloning reads no discount
     problem = DiceProblem(  # unused by plain cloning beyond its shapes
         rewards=jnp.zeros((data.features.shape[0], 1)), outer=Linear(jnp.ones((1,))),
         offset=jnp.zeros((1,)), scale=jnp.ones(()), initial_weight=jnp.ones(()),
         step_weight=jnp.ones(()), initial_dual=jnp.zeros((0,)),
     )  # fmt: skip
-    action_size = data.actions.shape[-1]
-    (result,) = fit_problems(config, action_size, data, [problem], key[None], weighted=False)
-    policies = []
-    for objective in objectives:
-        weights = _weights_of(objective)
-        if weights.shape[0] != dataset.rewards.shape[-1]:
-            raise ValueError(
-                f"the dataset's reward vectors have {dataset.rewards.shape[-1]} objectives but "
-                f"the utility has {weights.shape[0]} weights"
-            )
-        policies.append(
-            TrainedPolicy(
-                method="bc",
-                features="preference",
-                config=config,
-                action_size=action_size,
-                params=result.params.policy,
-                feature_mean=data.feature_mean,
-                feature_std=data.feature_std,
-                horizon=dataset.mask.shape[1],
-                preference=weights / jnp.sum(weights),
-                metrics=result.metrics,
-            )  # fmt: skip
-        )
+    (result,) = fit_problems(
+        config, data.actions.shape[-1], data, [problem], key[None], weighted=False
+    )
+    weights = [o.utility.weights / jnp.sum(o.utility.weights) for o in objectives]
+    policies = trained_policies(
+        "bc", "preference", config, data, [result] * len(objectives), dataset.mask.shape[1],
+        weights,
+    )  # fmt: skip
     return policies[0] if single else policies

@@ -27,6 +27,7 @@ from jaxopt_suite.rl.aetdice.dice import (
     DiceData,
     DiceProblem,
     DiceResult,
+    feature_statistics,
     make_fit,
     policy_action,
 )
@@ -93,7 +94,7 @@ def check_dataset(dataset, objective: AET | None = None) -> None:
     if objective is None:
         return
     size = np.shape(dataset.rewards)[-1]
-    expected = (objective.outer if objective.inner is None else objective.inner).weights.shape[0]
+    expected = objective.utility.weights.shape[0]
     if size != expected:
         raise ValueError(
             f"the dataset's reward vectors have {size} objectives but the {objective.criterion} "
@@ -107,6 +108,59 @@ def check_dataset(dataset, objective: AET | None = None) -> None:
 def flatten_steps(mask: np.ndarray) -> np.ndarray:
     """The flat indices ``n * T + t`` of the steps that happened (``mask == 1``)."""
     return np.flatnonzero(np.asarray(mask).reshape(-1) > 0.5)
+
+
+def step_rows(array, steps: np.ndarray) -> jax.Array:
+    """The rows of an episode-shaped ``(N, T, ...)`` array at the flat ``steps``, float32."""
+    array = jnp.asarray(array, jnp.float32)
+    return array.reshape((-1, *array.shape[2:]))[steps]
+
+
+def dice_data(dataset, features, next_features, continues) -> DiceData:
+    """The :class:`.dice.DiceData` of the steps that happened, from episode-shaped features
+    ``(N, T, F)`` at ``s`` and ``s'`` and ``gamma_t`` ``(N, T)``; the features' statistics
+    are taken over those steps."""
+    steps = flatten_steps(dataset.mask)
+    flat = step_rows(features, steps)
+    mean, std = feature_statistics(flat)
+    return DiceData(
+        features=flat,
+        next_features=step_rows(next_features, steps),
+        actions=step_rows(dataset.actions, steps),
+        continues=step_rows(continues, steps),
+        initial_features=jnp.asarray(features[:, 0], jnp.float32),
+        feature_mean=mean,
+        feature_std=std,
+    )
+
+
+def as_list(objectives) -> tuple[list, bool]:
+    """``(objectives as a list, whether one objective was given)``."""
+    single = isinstance(objectives, AET)
+    return ([objectives] if single else list(objectives)), single
+
+
+def trained_policies(
+    method: str, features: str, config: DiceConfig, data: DiceData, results, horizon: int,
+    preferences=None,
+) -> list[TrainedPolicy]:  # fmt: skip
+    """One :class:`TrainedPolicy` per training result (with its preference, if given)."""
+    preferences = [None] * len(results) if preferences is None else preferences
+    return [
+        TrainedPolicy(
+            method=method,
+            features=features,
+            config=config,
+            action_size=data.actions.shape[-1],
+            params=result.params.policy,
+            feature_mean=data.feature_mean,
+            feature_std=data.feature_std,
+            horizon=horizon,
+            preference=preference,
+            metrics=result.metrics,
+        )  # fmt: skip
+        for result, preference in zip(results, preferences, strict=True)
+    ]
 
 
 def reward_scale(rewards: jax.Array, direction: jax.Array) -> jax.Array:

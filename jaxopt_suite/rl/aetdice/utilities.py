@@ -337,6 +337,12 @@ class AET(NamedTuple):
             return "SER"
         return "ESR" if isinstance(self.outer, Linear) else "AET"
 
+    @property
+    def utility(self) -> Utility:
+        """The utility of the vector return: ``g`` for SER, ``h`` otherwise (its weights are
+        the objective's preference)."""
+        return self.outer if self.inner is None else self.inner
+
     def transform(self, returns: jax.Array) -> jax.Array:
         """``h(returns)``, ``(..., k)``."""
         return returns if self.inner is None else self.inner.value(returns)[..., None]
