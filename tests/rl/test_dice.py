@@ -2,6 +2,7 @@
 exact occupancies (flow constraints, exact occupancy ratios of the implied policy, strong
 duality, and the optimum as the regulariser vanishes)."""
 
+import dataclasses
 from math import comb
 
 import chex
@@ -13,6 +14,7 @@ import scipy.optimize
 
 from jaxopt_suite.rl.aetdice import dice, exact
 from jaxopt_suite.rl.aetdice import utilities as U
+from jaxopt_suite.rl.aetdice.policy import reward_scale
 
 
 @pytest.mark.parametrize("divergence", dice.DIVERGENCES)
@@ -40,6 +42,28 @@ def test_bad_config_raises():
         dice.DiceConfig(alpha=0.0).checked()
     with pytest.raises(ValueError, match="iterations must be an integer >= 1"):
         dice.DiceConfig(iterations=0).checked()
+    for fraction in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"final_lr_fraction must be in \[0, 1\]"):
+            dice.DiceConfig(final_lr_fraction=fraction).checked()
+
+
+def test_schedule_decays_to_the_final_fraction():
+    config = dice.DiceConfig(iterations=100, final_lr_fraction=0.05)
+    rate = dice._schedule(config, 3e-3)
+    chex.assert_trees_all_close(rate(0), 3e-3, rtol=1e-6)
+    chex.assert_trees_all_close(rate(100), 0.05 * 3e-3, rtol=1e-5)
+    assert dice._schedule(dataclasses.replace(config, final_lr_fraction=1.0), 3e-3) == 3e-3
+
+
+def test_reward_scale_leaves_out_the_covariance():
+    # one-hot rewards are perfectly anti-correlated: a balanced direction has no spread, but
+    # the scale is each objective's spread, weighted by the direction
+    rewards = jnp.asarray([[1.0, 0.0], [0.0, 1.0]] * 8)
+    direction = jnp.asarray([0.3, 0.3])
+    assert float(jnp.std(rewards @ direction)) == 0.0
+    expected = jnp.sqrt(2 * 0.3**2 * 0.25)
+    chex.assert_trees_all_close(reward_scale(rewards, direction), expected, rtol=1e-6)
+    chex.assert_trees_all_close(reward_scale(jnp.ones((4, 2)), direction), 1.0)
 
 
 HORIZON = 4

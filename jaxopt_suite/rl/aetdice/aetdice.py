@@ -69,8 +69,9 @@ def augmented_data(dataset, with_return: bool = True) -> DiceData:
 def aetdice_problem(dataset, objective: AET) -> DiceProblem:
     """The finite-horizon DICE problem of ``objective`` on ``dataset`` (module docstring).
 
-    ``sigma`` is the spread of ``mu_bar^T r~`` over the steps, with ``mu_bar`` the gradient of
-    ``g`` at the dataset's mean ``h(G)``: the first-order size of a step's contribution.
+    ``sigma`` is the spread of ``mu_bar^T r~`` over the steps without the objectives'
+    covariance (:func:`.policy.reward_scale`), with ``mu_bar`` the gradient of ``g`` at the
+    dataset's mean ``h(G)``: the first-order size of a step's contribution.
     """
     check_dataset(dataset, objective)
     episodes, horizon = dataset.mask.shape

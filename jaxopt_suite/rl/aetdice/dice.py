@@ -107,6 +107,9 @@ class DiceConfig:
     learning_rate: float = 3e-4  # nu and the policy
     dual_learning_rate: float = 3e-3  # the multipliers mu
     gradient_penalty: float = 1e-4  # times ||grad_s nu||^2: keeps nu smooth in s (ours)
+    # nu's, mu's and e_phi's learning rates decay (cosine) to this fraction of theirs by the
+    # last iteration; 1 keeps them constant (module docstring of make_fit)
+    final_lr_fraction: float = 0.05
 
     def __post_init__(self):
         # tuples, so the config hashes (it keys the compiled training functions)
@@ -122,6 +125,8 @@ class DiceConfig:
             nonnegative=("gradient_penalty",),
             positive=("alpha", "learning_rate", "dual_learning_rate"),
         )
+        if not 0.0 <= self.final_lr_fraction <= 1.0:
+            raise ValueError(f"final_lr_fraction must be in [0, 1], got {self.final_lr_fraction!r}")
         return self
 
 
@@ -229,6 +234,13 @@ def policy_loss(
     return -jnp.sum(weights * log_prob) / jnp.maximum(jnp.sum(weights), 1e-8)
 
 
+def _schedule(config: DiceConfig, rate: float):
+    """``rate``, decayed by a cosine to ``final_lr_fraction * rate`` over the iterations."""
+    if config.final_lr_fraction == 1.0:
+        return rate
+    return optax.cosine_decay_schedule(rate, config.iterations, config.final_lr_fraction)
+
+
 def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     """``fit(data, problem, key) -> DiceResult``: one jitted scan of ``config.iterations``
     Adam steps on ``nu``, ``mu``, the expected-residual network and the policy (concurrently,
@@ -242,15 +254,22 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     transitions: on the balance task's data it ranked actions by their lucky outcomes and
     learned a policy worse than the data's; ``w*(E[e | s, a])`` recovers the optimum there
     (``tests/rl/test_aetdice.py``).
+
+    The critic's learning rates (``nu``, ``mu``, ``e_phi``) decay to ``final_lr_fraction`` of
+    theirs, the policy's stays constant. With small ``alpha`` the ratios are steep in ``mu``,
+    and at a constant rate the stochastic gradients kept ``mu`` jittering around the optimum
+    and drifting; the policy, fitted to the weights of the moment, followed it (balance task,
+    SER Tchebycheff: gaps to the optimum of 21% at a constant rate, 3% with the decay, in the
+    ``morl`` suite's setting).
     """
     config = config.checked()
     nu_net, policy_net = _networks(config, action_size)
     residual_net = ValueNetwork(config.hidden)
     critic_optimizer = optax.multi_transform(
         {
-            "nu": optax.adam(config.learning_rate),
-            "dual": optax.adam(config.dual_learning_rate),
-            "residual": optax.adam(config.learning_rate),
+            "nu": optax.adam(_schedule(config, config.learning_rate)),
+            "dual": optax.adam(_schedule(config, config.dual_learning_rate)),
+            "residual": optax.adam(_schedule(config, config.learning_rate)),
         },
         {"nu": "nu", "dual": "dual", "residual": "residual"},
     )

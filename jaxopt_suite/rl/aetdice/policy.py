@@ -164,8 +164,15 @@ def trained_policies(
 
 
 def reward_scale(rewards: jax.Array, direction: jax.Array) -> jax.Array:
-    """``sigma``: the standard deviation of ``direction^T r`` over the steps (1 if it is 0)."""
-    spread = jnp.std(rewards @ direction)
+    """``sigma = sqrt(sum_i direction_i^2 Var(r_i))`` over the steps (1 if it is 0): the
+    spread ``direction^T r`` would have without the objectives' covariance.
+
+    The covariance is left out on purpose: where the objectives trade off (negatively
+    correlated rewards) and ``direction`` balances them, as a kinked utility's supergradient
+    does at its optimum, ``Std(direction^T r)`` is near 0, and dividing by it made the reward
+    ``mu^T r / sigma`` so steep in ``mu`` that the ratios jumped to one objective (threshold
+    utility on the balance task: the policy chose one side at every step)."""
+    spread = jnp.sqrt(jnp.sum(direction**2 * jnp.var(rewards, axis=0)))
     return jnp.where(spread > 1e-8, spread, 1.0)
 
 
