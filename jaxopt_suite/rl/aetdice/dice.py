@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -178,6 +179,21 @@ def standardize(features: jax.Array, mean: jax.Array, std: jax.Array) -> jax.Arr
     )
 
 
+class ResidualModel(nn.Module):
+    """``(s, a) -> (E[r_i / std_i | s, a] for each objective i, E[gamma_t nu(s') | s, a])``,
+    the parts of the expected Bellman residual that need a regression (``make_fit``)."""
+
+    hidden: tuple[int, ...]
+    outputs: int
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        h = inputs
+        for width in self.hidden:
+            h = jnp.tanh(nn.Dense(width)(h))
+        return nn.Dense(self.outputs)(h)
+
+
 def _networks(config: DiceConfig, action_size: int):
     policy = MixturePolicy(action_size, config.policy_components, config.policy_hidden)
     return ValueNetwork(config.hidden), policy
@@ -201,7 +217,11 @@ def dual_loss(
 
     mu = problem.outer.multipliers(dual)
     features = data.features[steps]
-    value, value_grad = jax.vmap(jax.value_and_grad(nu_of))(features)
+    if config.gradient_penalty > 0:
+        value, value_grad = jax.vmap(jax.value_and_grad(nu_of))(features)
+        penalty = config.gradient_penalty * jnp.mean(jnp.sum(value_grad**2, axis=-1))
+    else:  # no per-sample gradient of nu to take
+        value, penalty = nu_of(features), jnp.zeros(())
     e = (
         problem.rewards[steps] @ mu / problem.scale
         + data.continues[steps] * nu_of(data.next_features[steps])
@@ -215,7 +235,6 @@ def dual_loss(
     outer_term = (mu @ problem.offset - problem.outer.conjugate(mu)) / problem.scale
     initial = jnp.mean(nu_of(data.initial_features[starts]))
     loss = problem.initial_weight * (outer_term + initial) + problem.step_weight * jnp.mean(inner)
-    penalty = config.gradient_penalty * jnp.mean(jnp.sum(value_grad**2, axis=-1))
     return loss + penalty, e
 
 
@@ -248,12 +267,15 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     plain behaviour cloning (``w = 1``) and nothing else is trained. ``fit`` is pure, so it
     ``vmap``s over problems and keys.
 
-    The ratio is ``w*(e_phi(s, a) / alpha)``, with ``e_phi`` regressed on the sampled
-    residuals ``e(s, a, s')`` (least squares, so it estimates ``E[e | s, a]``). Plugging the
+    The ratio is ``w*(e_phi(s, a) / alpha)`` with ``e_phi`` an estimate of
+    ``E[e | s, a] = mu^T E[r | s, a] / sigma + E[gamma_t nu(s') | s, a] - nu(s)``: a
+    :class:`ResidualModel` regresses (least squares) the reward vector and the bootstrap
+    ``gamma_t nu(s')`` on ``(s, a)``, and ``mu`` and ``nu(s)`` enter as they are. Plugging the
     sampled residual into ``w*`` instead is biased under stochastic
     transitions: on the balance task's data it ranked actions by their lucky outcomes and
     learned a policy worse than the data's; ``w*(E[e | s, a])`` recovers the optimum there
-    (``tests/rl/test_aetdice.py``).
+    (``tests/rl/test_aetdice.py``). The reward part does not depend on ``mu``, so a moving
+    ``mu`` does not leave the estimate behind, as a regression of the whole residual did.
 
     The critic's learning rates (``nu``, ``mu``, ``e_phi``) decay to ``final_lr_fraction`` of
     theirs, the policy's stays constant. With small ``alpha`` the ratios are steep in ``mu``,
@@ -264,7 +286,6 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     """
     config = config.checked()
     nu_net, policy_net = _networks(config, action_size)
-    residual_net = ValueNetwork(config.hidden)
     critic_optimizer = optax.multi_transform(
         {
             "nu": optax.adam(_schedule(config, config.learning_rate)),
@@ -277,6 +298,9 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
 
     def fit(data: DiceData, problem: DiceProblem, key: jax.Array) -> DiceResult:
         feature_size = data.features.shape[-1]
+        reward_size = problem.rewards.shape[-1]
+        residual_net = ResidualModel(config.hidden, reward_size + 1)
+        reward_std = jnp.maximum(jnp.std(problem.rewards, axis=0), 1e-8)
         k_nu, k_residual, k_pi, k_run = jax.random.split(key, 4)
         dummy = jnp.zeros((1, feature_size))
         params = DiceParams(
@@ -289,13 +313,33 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
         carry = (params, critic_optimizer.init(critic), policy_optimizer.init(params.policy))
         num_steps, num_episodes = data.features.shape[0], data.initial_features.shape[0]
 
+        def nu_terms(nu_params, steps):
+            """``nu(s)`` and the bootstrap ``gamma_t nu(s')`` on the batch."""
+
+            def nu_of(features):
+                return nu_net.apply(
+                    nu_params, standardize(features, data.feature_mean, data.feature_std)
+                )
+
+            next_values = data.continues[steps] * nu_of(data.next_features[steps])
+            return nu_of(data.features[steps]), next_values
+
         def critic_loss(critic, steps, starts):
-            expected = residual_net.apply(critic["residual"], residual_inputs(data, steps))
-            loss, e = dual_loss(
+            predicted = residual_net.apply(critic["residual"], residual_inputs(data, steps))
+            rewards = problem.rewards[steps] / reward_std[None, :]
+            nu, bootstrap = jax.lax.stop_gradient(nu_terms(critic["nu"], steps))
+            mu = jax.lax.stop_gradient(problem.outer.multipliers(critic["dual"]))
+            expected = (
+                (predicted[:, :reward_size] * reward_std[None, :]) @ mu / problem.scale
+                + predicted[:, reward_size]
+                - nu
+            )
+            regression = jnp.mean(jnp.sum((predicted[:, :reward_size] - rewards) ** 2, -1))
+            regression += jnp.mean((predicted[:, reward_size] - bootstrap) ** 2)
+            loss, _ = dual_loss(
                 config, nu_net.apply, critic["nu"], critic["dual"], data, problem, steps,
                 starts, jax.lax.stop_gradient(expected),
             )  # fmt: skip
-            regression = jnp.mean((expected - jax.lax.stop_gradient(e)) ** 2)
             return loss + regression, (loss, expected)
 
         def step(carry, key):
