@@ -160,7 +160,10 @@ class VectorRewardWrapper(Wrapper):
 
 
 class _StateMapWrapper(Wrapper):
-    """A wrapper that applies one map, :meth:`_map`, to the state of every reset and step."""
+    """A wrapper that applies one map, :meth:`_map`, to the state of every reset and step.
+
+    Abstract: each subclass (:class:`ScalarizedRewardWrapper`, :class:`RewardScaleWrapper`)
+    defines ``_map``."""
 
     def reset(self, rng: jax.Array) -> State:
         return self._map(self.env.reset(rng))
@@ -169,7 +172,7 @@ class _StateMapWrapper(Wrapper):
         return self._map(self.env.step(state, action))
 
     def _map(self, state: State) -> State:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define _map(state)")
 
 
 class ScalarizedRewardWrapper(_StateMapWrapper):
