@@ -38,6 +38,7 @@ sends the negation of the honest mean's bits.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -193,33 +194,66 @@ def run_async(
         raise ValueError("the direction-aware attack applies to FAR-SIGN messages only")
     _check_steps("events", events, record_every)
     x, y = _check_data(cluster, *data)
-    flat0, unravel = ravel_pytree(params)
+    flat0, _ = ravel_pytree(params)
     D = flat0.shape[0]
     K = int(num_directions)
     if protocol != "sgd" and not 1 <= K <= fs.padded_dim(D):
         raise ValueError(f"num_directions must lie in [1, {fs.padded_dim(D)}], got {K!r}")
     bits = 32 * D if protocol == "sgd" else K
-    schedule = {
-        name: (value if callable(value) else (lambda t, v=float(value): jnp.float32(v)))
-        for name, value in (("alpha", alpha), ("beta", beta), ("lr", learning_rate))
+    steps = {
+        name: _step_sizes(name, value, events)
+        for name, value in (("alpha", alpha), ("beta", beta), ("learning_rate", learning_rate))
     }
     if parallel_events is None:
         parallel_events = len(jax.devices())
     check_integer("parallel_events", parallel_events, 1)
     fn = _run_async_jit(
-        loss_fn, unravel, cluster, protocol, attack, events, record_every, K, bits,
-        schedule["alpha"], schedule["beta"], schedule["lr"], float(smoothing), num_classes,
-        int(parallel_events),
+        loss_fn, _layout(params), cluster, protocol, attack, events, record_every, K, bits,
+        float(smoothing), num_classes, int(parallel_events),
     )  # fmt: skip
-    out = fn(flat0, x, y, key)
+    out = fn(flat0, x, y, key, steps["alpha"], steps["beta"], steps["learning_rate"])
     return Trace(*out, bits_per_message=bits)
+
+
+def _step_sizes(name: str, value, count: int) -> jax.Array:
+    """A step size (a number, or a schedule of the update count) at updates ``0 ..
+    count - 1``, as an array: the compiled loops take the values, not the function, so a
+    new step size does not compile them again."""
+    if callable(value):
+        values = jax.vmap(lambda t: jnp.asarray(value(t), jnp.float32))(
+            jnp.arange(count, dtype=jnp.int32)
+        )
+        if values.shape != (count,):
+            raise ValueError(f"{name} must map an update count to a scalar, got {values.shape[1:]}")
+    else:
+        values = jnp.full(count, value, jnp.float32)
+    if not bool(jnp.all(jnp.isfinite(values))):
+        raise ValueError(f"{name} must be finite at every update, got NaN or inf")
+    return values
+
+
+def _layout(params) -> tuple:
+    """``params``' tree structure with its leaves' shapes and dtypes: hashable, what the
+    compiled loops depend on."""
+    leaves, treedef = jax.tree.flatten(params)
+    return treedef, tuple((jnp.shape(v), jnp.result_type(v)) for v in leaves)
+
+
+def _unravel(layout):
+    treedef, leaves = layout
+    template = jax.tree.unflatten(treedef, [jnp.zeros(s, d) for s, d in leaves])
+    return ravel_pytree(template)[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _named_attack(name: str, num_workers: int, num_byzantine: int) -> Attack:
+    """One :class:`Attack` object per name and cluster, so the compiled loops are reused."""
+    return make_attack(name, num_workers=num_workers, num_byzantine=num_byzantine)
 
 
 def _attack(attack, cluster, num_classes) -> Attack:
     if isinstance(attack, str):
-        attack = make_attack(
-            attack, num_workers=cluster.num_workers, num_byzantine=cluster.num_byzantine
-        )
+        attack = _named_attack(attack, cluster.num_workers, cluster.num_byzantine)
     if not isinstance(attack, Attack):
         raise TypeError(f"attack must be a name or an Attack, got {type(attack).__name__}")
     if attack.flips_labels and num_classes is None:
@@ -282,10 +316,14 @@ def _slot_sharding(width: int):
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("workers"))
 
 
+@functools.lru_cache(maxsize=16)
 def _run_async_jit(
-    loss_fn, unravel, cluster, protocol, attack, events, record_every, K, bits,
-    alpha_t, beta_t, lr_t, smoothing, num_classes, width,
+    loss_fn, layout, cluster, protocol, attack, events, record_every, K, bits, smoothing,
+    num_classes, width,
 ):  # fmt: skip
+    """The compiled event loop; cached on what it depends on (the step sizes are
+    arguments), so repeated runs compile once."""
+    unravel = _unravel(layout)
     n, f = cluster.num_workers, cluster.num_byzantine
     upload = jnp.float32(bits * float(cluster.seconds_per_bit))
     is_far_sign = protocol != "sgd"
@@ -309,7 +347,7 @@ def _run_async_jit(
         return jax.vmap(one)(keys)
 
     @jax.jit
-    def run(flat0, x, y, key):
+    def run(flat0, x, y, key, alphas, betas, lrs):
         D = flat0.shape[0]
         k_dirs, k_init, k_delay, k_events = jax.random.split(key, 4)
         plan = _schedule(cluster, upload, events, k_init, k_delay)
@@ -383,11 +421,10 @@ def _run_async_jit(
                 i = plan.worker[e]
                 if is_far_sign:
                     flat, server = fs.server_step(
-                        flat, server, dirs(plan.message_id[e]), messages[j], alpha_t(e),
-                        beta_t(e),
-                    )  # fmt: skip
+                        flat, server, dirs(plan.message_id[e]), messages[j], alphas[e], betas[e]
+                    )
                 else:
-                    flat = flat - lr_t(e) * messages[j]
+                    flat = flat - lrs[e] * messages[j]
                 # the worker starts its next message on the current parameters
                 snapshot = snapshot.at[i].set(flat)
                 residual = residual.at[i].set(assign(server, n + e))
@@ -454,15 +491,37 @@ def run_sync(
         raise ValueError("the direction-aware attack applies to FAR-SIGN messages only")
     _check_steps("rounds", rounds, record_every)
     n, f = cluster.num_workers, cluster.num_byzantine
-    aggregate = make_aggregator(aggregator, num_workers=n, num_byzantine=f, **aggregator_options)
+    make_aggregator(aggregator, num_workers=n, num_byzantine=f, **aggregator_options)  # checks
     x, y = _check_data(cluster, *data)
+    flat0, _ = ravel_pytree(params)
+    bits = 32 * flat0.shape[0]
+    lrs = _step_sizes("learning_rate", learning_rate, rounds)
+    options = tuple(sorted(aggregator_options.items()))
+    build = _run_sync_jit
+    try:
+        hash(options)
+    except TypeError:  # options that cannot be hashed: compiled for this call only
+        build = _run_sync_jit.__wrapped__
+    fn = build(
+        loss_fn, _layout(params), cluster, attack, aggregator, options, rounds, record_every,
+        num_classes,
+    )  # fmt: skip
     sharding = worker_sharding(n)
     if sharding is not None:
         x, y = jax.device_put(x, sharding), jax.device_put(y, sharding)
-    flat0, unravel = ravel_pytree(params)
-    D = flat0.shape[0]
-    bits = 32 * D
-    lr_t = learning_rate if callable(learning_rate) else (lambda t: jnp.float32(learning_rate))
+    return Trace(*fn(flat0, x, y, key, lrs), bits_per_message=bits)
+
+
+@functools.lru_cache(maxsize=16)
+def _run_sync_jit(
+    loss_fn, layout, cluster, attack, aggregator, options, rounds, record_every, num_classes
+):
+    """The compiled rounds; cached like :func:`_run_async_jit`."""
+    n, f = cluster.num_workers, cluster.num_byzantine
+    aggregate = make_aggregator(aggregator, num_workers=n, num_byzantine=f, **dict(options))
+    sharding = worker_sharding(n)
+    unravel = _unravel(layout)
+    bits = 32 * sum(int(np.prod(shape)) for shape, _ in layout[1])
     means = jnp.asarray(cluster.mean_times(), jnp.float32)
     upload = jnp.float32(bits * float(cluster.seconds_per_bit))
     centred = aggregator == "centered_clipping"
@@ -474,7 +533,7 @@ def run_sync(
     byzantine = jnp.arange(n) < f
 
     @jax.jit
-    def run(flat0, x, y, key):
+    def run(flat0, x, y, key, lrs):
         def round_(carry, round_key):
             flat, center, clock, t = carry
             k_batch, k_attack, k_delay = jax.random.split(round_key, 3)
@@ -497,7 +556,7 @@ def run_sync(
                 update = aggregate(G, center)
             else:
                 update = aggregate(G)
-            flat = flat - lr_t(t) * update
+            flat = flat - lrs[t] * update
             draws = jax.vmap(lambda i, k: _compute_time(cluster, means, i, k))(
                 workers, jax.random.split(k_delay, n)
             )
@@ -516,4 +575,4 @@ def run_sync(
         time, worker, staleness, drawn = (r.reshape(-1) for r in records)
         return time, worker, staleness, drawn, params, times, steps
 
-    return Trace(*run(flat0, x, y, key), bits_per_message=bits)
+    return run

@@ -324,6 +324,51 @@ def test_bad_input_is_named(key):
         Cluster(delay="pareto").checked()
 
 
+def test_repeated_runs_compile_once_and_use_their_own_step_sizes(key):
+    """A new step size (number or schedule) or a fresh attack name does not trace the loss
+    again; the run still uses its own step sizes."""
+    traced = []
+
+    def loss(params, batch):
+        traced.append(1)
+        return _loss(params, batch)
+
+    data, w = _regression(4)
+    cluster = Cluster(num_workers=4, num_byzantine=1, stragglers=0, delay="fixed")
+    common = dict(events=40, record_every=40, key=key, num_directions=4, attack="sign_flip")
+    first = run_async(loss, PARAMS, data, cluster, alpha=0.05, **common)
+    count = len(traced)
+    assert count > 0
+    second = run_async(loss, PARAMS, data, cluster, alpha=lambda t: 0.2 / (1.0 + t), **common)
+    third = run_async(loss, PARAMS, data, cluster, alpha=0.05, **common)
+    assert len(traced) == count
+    np.testing.assert_array_equal(first.params, third.params)
+    assert not np.allclose(first.params, second.params)
+
+    sync = dict(aggregator="trimmed_mean", rounds=20, record_every=10, key=key)
+    slow = run_sync(loss, PARAMS, data, cluster, learning_rate=0.01, **sync)
+    count = len(traced)
+    fast = run_sync(loss, PARAMS, data, cluster, learning_rate=0.1, **sync)
+    assert len(traced) == count
+    # the larger step gets closer to the regression weights
+    assert np.linalg.norm(fast.params[-1] - w) < np.linalg.norm(slow.params[-1] - w)
+
+
+def test_bad_step_sizes_are_named(key):
+    data, _ = _regression(4)
+    cluster = Cluster(num_workers=4, stragglers=0)
+    common = dict(events=10, record_every=10, key=key, num_directions=4)
+    with pytest.raises(ValueError, match="alpha must be finite"):
+        run_async(_loss, PARAMS, data, cluster, alpha=float("nan"), **common)
+    with pytest.raises(ValueError, match="beta must map an update count to a scalar"):
+        run_async(_loss, PARAMS, data, cluster, beta=lambda t: jnp.ones(2) * t, **common)
+    with pytest.raises(ValueError, match="learning_rate must be finite"):
+        run_sync(
+            _loss, PARAMS, data, cluster, aggregator="mean", rounds=10, record_every=10,
+            key=key, learning_rate=lambda t: jnp.where(t == 3, jnp.nan, 0.1),
+        )  # fmt: skip
+
+
 def _last_number_on_four_virtual_devices(script: str) -> float:
     """Runs ``script`` in a fresh interpreter with four virtual CPU devices; the number it
     printed last."""
