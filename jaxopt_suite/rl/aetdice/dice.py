@@ -319,7 +319,9 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
         num_steps, num_episodes = data.features.shape[0], data.initial_features.shape[0]
 
         def nu_terms(nu_params, steps):
-            """``nu(s)`` and the bootstrap ``gamma_t nu(s')`` on the batch."""
+            """``nu(s)`` and the bootstrap ``gamma_t nu(s')`` on the batch. ``dual_loss``
+            runs the same forward passes; XLA's common-subexpression pass merges them in
+            the compiled step, so the repetition costs nothing."""
             value = nu_values(nu_net.apply, nu_params, data, data.features[steps])
             after = nu_values(nu_net.apply, nu_params, data, data.next_features[steps])
             return value, data.continues[steps] * after
