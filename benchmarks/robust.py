@@ -28,8 +28,9 @@ id, against ``32 d`` bits); zeroth-order FAR-SIGN >= 80% under the same attacks.
 
 Every run the targets compare is repeated with ``SEEDS`` keys (data order, delays,
 directions and attack draws all change) and the targets use the mean final accuracy: one
-run's final accuracy under ALIE varies by several points from key to key (FAR-SIGN: 76 to
-88% over six keys), more than the margins compared. The other cells are one run (key 1).
+run's final accuracy under ALIE varies by several points from key to key (FAR-SIGN: 73 to
+91% over the five keys, ``final_accuracy_seeds`` in robust.json), more than the margins
+compared. The other cells are one run (key 1).
 """
 
 from __future__ import annotations

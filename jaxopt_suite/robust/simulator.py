@@ -322,7 +322,8 @@ def _run_async_jit(
     num_classes, width,
 ):  # fmt: skip
     """The compiled event loop; cached on what it depends on (the step sizes are
-    arguments), so repeated runs compile once."""
+    arguments), so repeated runs compile once. The cache keeps ``loss_fn`` (and what it
+    closes over) alive for its last 16 entries."""
     unravel = _unravel(layout)
     n, f = cluster.num_workers, cluster.num_byzantine
     upload = jnp.float32(bits * float(cluster.seconds_per_bit))

@@ -320,8 +320,9 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
 
         def nu_terms(nu_params, steps):
             """``nu(s)`` and the bootstrap ``gamma_t nu(s')`` on the batch. ``dual_loss``
-            runs the same forward passes; XLA's common-subexpression pass merges them in
-            the compiled step, so the repetition costs nothing."""
+            runs the same forward passes. XLA's common-subexpression pass merges such
+            repeats (a toy MLP's compiled value-and-gradient has the same dot count with and
+            without a repeat under ``stop_gradient``), so they should cost nothing."""
             value = nu_values(nu_net.apply, nu_params, data, data.features[steps])
             after = nu_values(nu_net.apply, nu_params, data, data.next_features[steps])
             return value, data.continues[steps] * after
