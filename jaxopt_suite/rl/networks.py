@@ -36,17 +36,21 @@ class GaussianPolicy(nn.Module):
 
 
 class ValueNetwork(nn.Module):
-    """``obs -> V(obs)``; ``nonnegative`` puts a softplus on the output."""
+    """``obs -> V(obs)``; ``nonnegative`` puts a softplus on the output. With ``outputs``
+    set, the last axis holds that many values instead of one scalar."""
 
     hidden: Sequence[int] = (64, 64)
     nonnegative: bool = False
+    outputs: int | None = None
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         h = obs
         for width in self.hidden:
             h = jnp.tanh(nn.Dense(width)(h))
-        value = nn.Dense(1)(h)[..., 0]
+        value = nn.Dense(1 if self.outputs is None else self.outputs)(h)
+        if self.outputs is None:
+            value = value[..., 0]
         return jax.nn.softplus(value) if self.nonnegative else value
 
 

@@ -505,7 +505,7 @@ def run_sync(
         build = _run_sync_jit.__wrapped__
     fn = build(
         loss_fn, _layout(params), cluster, attack, aggregator, options, rounds, record_every,
-        num_classes,
+        bits, num_classes,
     )  # fmt: skip
     sharding = worker_sharding(n)
     if sharding is not None:
@@ -515,14 +515,14 @@ def run_sync(
 
 @functools.lru_cache(maxsize=16)
 def _run_sync_jit(
-    loss_fn, layout, cluster, attack, aggregator, options, rounds, record_every, num_classes
-):
+    loss_fn, layout, cluster, attack, aggregator, options, rounds, record_every, bits,
+    num_classes,
+):  # fmt: skip
     """The compiled rounds; cached like :func:`_run_async_jit`."""
     n, f = cluster.num_workers, cluster.num_byzantine
     aggregate = make_aggregator(aggregator, num_workers=n, num_byzantine=f, **dict(options))
     sharding = worker_sharding(n)
     unravel = _unravel(layout)
-    bits = 32 * sum(int(np.prod(shape)) for shape, _ in layout[1])
     means = jnp.asarray(cluster.mean_times(), jnp.float32)
     upload = jnp.float32(bits * float(cluster.seconds_per_bit))
     centred = aggregator == "centered_clipping"

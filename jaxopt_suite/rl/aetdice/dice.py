@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -159,7 +158,7 @@ class DiceParams(NamedTuple):
     nu: Any
     dual: jax.Array  # (dual_size,) unconstrained parameters of mu
     policy: Any
-    residual: Any  # the ResidualModel's: E[r | s, a] and E[gamma_t nu(s') | s, a]
+    residual: Any  # the residual model's: E[r / std | s, a] and E[gamma_t nu(s') | s, a]
 
 
 class DiceResult(NamedTuple):
@@ -177,21 +176,6 @@ def standardize(features: jax.Array, mean: jax.Array, std: jax.Array) -> jax.Arr
     return (features - jnp.broadcast_to(mean, features.shape)) / jnp.broadcast_to(
         std, features.shape
     )
-
-
-class ResidualModel(nn.Module):
-    """``(s, a) -> (E[r_i / std_i | s, a] for each objective i, E[gamma_t nu(s') | s, a])``,
-    the parts of the expected Bellman residual that need a regression (``make_fit``)."""
-
-    hidden: tuple[int, ...]
-    outputs: int
-
-    @nn.compact
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        h = inputs
-        for width in self.hidden:
-            h = jnp.tanh(nn.Dense(width)(h))
-        return nn.Dense(self.outputs)(h)
 
 
 def _networks(config: DiceConfig, action_size: int):
@@ -274,7 +258,8 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
 
     The ratio is ``w*(e_phi(s, a) / alpha)`` with ``e_phi`` an estimate of
     ``E[e | s, a] = mu^T E[r | s, a] / sigma + E[gamma_t nu(s') | s, a] - nu(s)``: a
-    :class:`ResidualModel` regresses (least squares) the reward vector and the bootstrap
+    residual model (a ``ValueNetwork`` with ``k + 1`` outputs) regresses (least squares) the
+    reward vector over its standard deviation and the bootstrap
     ``gamma_t nu(s')`` on ``(s, a)``, and ``mu`` and ``nu(s)`` enter as they are. Plugging the
     sampled residual into ``w*`` instead is biased under stochastic
     transitions: on the balance task's data it ranked actions by their lucky outcomes and
@@ -304,7 +289,9 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     def fit(data: DiceData, problem: DiceProblem, key: jax.Array) -> DiceResult:
         feature_size = data.features.shape[-1]
         reward_size = problem.rewards.shape[-1]
-        residual_net = ResidualModel(config.hidden, reward_size + 1)
+        # (s, a) -> (E[r_i / std_i | s, a] for each objective i, E[gamma_t nu(s') | s, a]):
+        # the parts of the expected Bellman residual that need a regression
+        residual_net = ValueNetwork(config.hidden, outputs=reward_size + 1)
         reward_std = jnp.maximum(jnp.std(problem.rewards, axis=0), 1e-8)
         k_nu, k_residual, k_pi, k_run = jax.random.split(key, 4)
         dummy = jnp.zeros((1, feature_size))
