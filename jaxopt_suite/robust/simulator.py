@@ -33,6 +33,15 @@ Byzantine workers compute their honest message first (on flipped labels for
 honest gradients at the same parameters for the omniscient attacks; on FAR-SIGN a crafted
 vector ``a`` becomes the bits ``sign(<a, u_k> - r_k)``, and the direction-aware attack
 sends the negation of the honest mean's bits.
+
+Worker momentum (``worker_momentum = mu > 0``, first-order protocols and synchronous
+rounds): each worker keeps ``m <- mu m + (1 - mu) g`` over its own gradients (``m = g`` at
+its first message) and sends ``m`` where it would send ``g``: its bits are those of ``m``
+on FAR-SIGN. Averaging over time shrinks the honest spread that an attack hiding inside it
+(ALIE) can use, at the price of a lag of about ``mu / (1 - mu)`` of the worker's own
+messages. The omniscient attacks then craft from the honest workers' momenta instead of
+fresh gradients: asynchronously, as they were when the Byzantine worker started the
+message (zero for a worker that has not sent yet); synchronously, this round's.
 """
 
 from __future__ import annotations
@@ -173,6 +182,7 @@ def run_async(
     smoothing: float = 1e-3,
     num_classes: int | None = None,
     parallel_events: int | None = None,
+    worker_momentum: float = 0.0,
 ) -> Trace:
     """Simulates ``events`` message arrivals of ``protocol`` (see the module docstring).
 
@@ -181,6 +191,11 @@ def run_async(
     step sizes ``alpha`` (slow) and ``beta`` (fast), numbers or schedules of the server's
     update count; ``far_sign_zo`` adds ``smoothing``; ``sgd``: ``learning_rate``.
     ``num_classes`` is needed by the label-flip attack.
+
+    ``worker_momentum`` ``mu`` in ``[0, 1)`` (first-order protocols): each worker keeps
+    ``m <- mu m + (1 - mu) g`` over its own gradients (``m = g`` at its first message) and
+    sends ``m`` in place of ``g``; the omniscient attacks then craft from the honest
+    workers' current momenta (see the module docstring).
 
     ``parallel_events`` (default: the number of local devices) is how many in-flight
     messages are computed at once (see the module docstring); the trace does not depend on
@@ -207,9 +222,12 @@ def run_async(
     if parallel_events is None:
         parallel_events = len(jax.devices())
     check_integer("parallel_events", parallel_events, 1)
+    mu = _momentum(worker_momentum)
+    if mu and protocol == "far_sign_zo":
+        raise ValueError("worker_momentum needs gradients: not available with far_sign_zo")
     fn = _run_async_jit(
         loss_fn, _layout(params), cluster, protocol, attack, events, record_every, K, bits,
-        float(smoothing), num_classes, int(parallel_events),
+        float(smoothing), num_classes, int(parallel_events), mu,
     )  # fmt: skip
     out = fn(flat0, x, y, key, steps["alpha"], steps["beta"], steps["learning_rate"])
     return Trace(*out, bits_per_message=bits)
@@ -230,6 +248,17 @@ def _step_sizes(name: str, value, count: int) -> jax.Array:
     if not bool(jnp.all(jnp.isfinite(values))):
         raise ValueError(f"{name} must be finite at every update, got NaN or inf")
     return values
+
+
+def _momentum(value) -> float:
+    """``worker_momentum`` checked: a number in ``[0, 1)``."""
+    try:
+        mu = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"worker_momentum must be a number, got {type(value).__name__}") from None
+    if not 0.0 <= mu < 1.0:
+        raise ValueError(f"worker_momentum must lie in [0, 1), got {value!r}")
+    return mu
 
 
 def _layout(params) -> tuple:
@@ -319,7 +348,7 @@ def _slot_sharding(width: int):
 @functools.lru_cache(maxsize=16)
 def _run_async_jit(
     loss_fn, layout, cluster, protocol, attack, events, record_every, K, bits, smoothing,
-    num_classes, width,
+    num_classes, width, mu,
 ):  # fmt: skip
     """The compiled event loop; cached on what it depends on (the step sizes are
     arguments), so repeated runs compile once. The cache keeps ``loss_fn`` (and what it
@@ -362,62 +391,86 @@ def _run_async_jit(
                 return jnp.zeros(K, jnp.float32)
             return fs.residual(server, dirs(message_id))
 
-        def message(e, stale, r):
+        def _seen_row(i):
+            """The row of ``seen`` read by worker ``i`` (any row for an honest one)."""
+            return jnp.clip(i, 0, max(f, 1) - 1) if mu else jnp.zeros_like(i)
+
+        def message(e, stale, r, m_prev, honest_m):
             """Event ``e``'s message, computed on its worker's snapshot ``stale`` with the
-            residuals ``r`` it was sent: ``K`` bits (FAR-SIGN) or a gradient (SGD)."""
+            residuals ``r`` it was sent: ``K`` bits (FAR-SIGN) or a gradient (SGD); and the
+            worker's momentum after it (``m_prev``, and ``honest_m``: the honest workers'
+            momenta when the worker started, are read only with ``worker_momentum``)."""
             i = plan.worker[e]
             k_batch, k_attack, k_stats = jax.random.split(jax.random.fold_in(k_events, e), 3)
             byzantine = i < f
             batch = _batch(cluster, x, y, i, k_batch, byzantine & attack.flips_labels, num_classes)
-            if not is_far_sign:
+
+            def own_vector():
+                """The worker's gradient, or its momentum (the gradient at its first
+                message: only first messages start at update 0)."""
                 g = grad_flat(stale, batch)
-                if not attacked:
+                if not mu:
                     return g
-                return jax.lax.cond(
-                    byzantine,
-                    lambda _: attack.craft(k_attack, g, honest_stats(stale, x, y, k_stats)),
-                    lambda _: g,
-                    None,
+                return jnp.where(plan.started[e] == 0, g, mu * m_prev + (1.0 - mu) * g)
+
+            def stats():
+                """What the omniscient attacks see of the honest workers."""
+                return honest_m if mu else honest_stats(stale, x, y, k_stats)
+
+            if not is_far_sign:
+                g = own_vector()
+                if not attacked:
+                    return g, g
+                sent = jax.lax.cond(
+                    byzantine, lambda _: attack.craft(k_attack, g, stats()), lambda _: g, None
                 )
+                return sent, g
             d = dirs(plan.message_id[e])
             if protocol == "far_sign":
-                honest = fs.worker_bits(grad_flat(stale, batch), d, r)
+                v = own_vector()
+                honest = fs.worker_bits(v, d, r)
             else:
+                v = m_prev
                 honest = fs.worker_bits_zo(
                     lambda p: loss_fn(p, batch), unravel(stale), d, r, smoothing
                 )
             if not attacked:
-                return honest
+                return honest, v
 
             def byzantine_bits(_):
-                stats = honest_stats(stale, x, y, k_stats)
+                seen = stats()
                 if attack.opposes_bits:
-                    return -fs.worker_bits(jnp.mean(stats, axis=0), d, r)
-                own = grad_flat(stale, batch)
-                return fs.worker_bits(attack.craft(k_attack, own, stats), d, r)
+                    return -fs.worker_bits(jnp.mean(seen, axis=0), d, r)
+                own = v if mu else grad_flat(stale, batch)
+                return fs.worker_bits(attack.craft(k_attack, own, seen), d, r)
 
-            return jax.lax.cond(byzantine, byzantine_bits, lambda _: honest, None)
+            return jax.lax.cond(byzantine, byzantine_bits, lambda _: honest, None), v
 
         def wave(state, end):
             """Events ``a .. a + m - 1``: every one started from a snapshot that exists at
             ``a`` (started <= a), so their messages are computed together (over the
             devices when there are several), then applied in arrival order."""
-            a, flat, server, snapshot, residual = state
+            a, flat, server, snapshot, residual, momenta, seen = state
             slots = a + jnp.arange(width, dtype=jnp.int32)
             idx = jnp.minimum(slots, events - 1)
             ready = (plan.started[idx] <= a) & (slots < end)
             m = jnp.sum(jnp.cumprod(ready.astype(jnp.int32)))
             if width == 1:
-                messages = message(a, snapshot[plan.worker[a]], residual[plan.worker[a]])[None]
+                i = plan.worker[a]
+                msg, v = message(a, snapshot[i], residual[i], momenta[i], seen[_seen_row(i)])
+                messages, vs = msg[None], v[None]
             else:
-                stale, r = snapshot[plan.worker[idx]], residual[plan.worker[idx]]
+                workers = plan.worker[idx]
+                stale, r = snapshot[workers], residual[workers]
                 if sharding is not None:
                     stale = jax.lax.with_sharding_constraint(stale, sharding)
                     r = jax.lax.with_sharding_constraint(r, sharding)
-                messages = jax.vmap(message)(idx, stale, r)
+                messages, vs = jax.vmap(message)(
+                    idx, stale, r, momenta[workers], seen[_seen_row(workers)]
+                )
 
             def apply(j, inner):
-                flat, server, snapshot, residual = inner
+                flat, server, snapshot, residual, momenta, seen = inner
                 e = a + j
                 i = plan.worker[e]
                 if is_far_sign:
@@ -429,10 +482,15 @@ def _run_async_jit(
                 # the worker starts its next message on the current parameters
                 snapshot = snapshot.at[i].set(flat)
                 residual = residual.at[i].set(assign(server, n + e))
-                return flat, server, snapshot, residual
+                if mu:  # its momentum; a Byzantine worker sees the honest ones as they are now
+                    momenta = momenta.at[i].set(vs[j])
+                    seen = seen.at[jnp.where(i < f, i, seen.shape[0])].set(
+                        momenta[f:], mode="drop"
+                    )
+                return flat, server, snapshot, residual, momenta, seen
 
-            inner = jax.lax.fori_loop(0, m, apply, (flat, server, snapshot, residual))
-            return (a + m, *inner)
+            inner = (flat, server, snapshot, residual, momenta, seen)
+            return (a + m, *jax.lax.fori_loop(0, m, apply, inner))
 
         def chunk(state, c):
             end = (c + 1) * record_every
@@ -446,6 +504,8 @@ def _run_async_jit(
             server,
             jnp.broadcast_to(flat0, (n, D)),
             jax.vmap(lambda i: assign(server, i))(ids),
+            jnp.zeros((n, D) if mu else (n, 1), jnp.float32),
+            jnp.zeros((max(f, 1), n - f, D) if mu else (1, 1, 1), jnp.float32),
         )
         _, (params, times) = jax.lax.scan(
             chunk, init, jnp.arange(events // record_every, dtype=jnp.int32)
@@ -480,11 +540,14 @@ def run_sync(
     record_every: int = 10,
     learning_rate: float | Callable = 0.05,
     num_classes: int | None = None,
+    worker_momentum: float = 0.0,
     **aggregator_options,
 ) -> Trace:
     """Simulates ``rounds`` synchronous rounds with ``aggregator`` (a name of
     :data:`aggregators.AGGREGATORS`; its options as keywords; ``centered_clipping`` is
-    centred on the previous round's aggregate). Staleness is 0 and ``worker`` is -1."""
+    centred on the previous round's aggregate). Staleness is 0 and ``worker`` is -1.
+    ``worker_momentum`` as in :func:`run_async`: the workers send their momenta, and the
+    attacks craft from the honest ones."""
     check_key(key)
     cluster = cluster.checked()
     attack = _attack(attack, cluster, num_classes)
@@ -497,6 +560,7 @@ def run_sync(
     flat0, _ = ravel_pytree(params)
     bits = 32 * flat0.shape[0]
     lrs = _step_sizes("learning_rate", learning_rate, rounds)
+    mu = _momentum(worker_momentum)
     options = tuple(sorted(aggregator_options.items()))
     build = _run_sync_jit
     try:
@@ -505,7 +569,7 @@ def run_sync(
         build = _run_sync_jit.__wrapped__
     fn = build(
         loss_fn, _layout(params), cluster, attack, aggregator, options, rounds, record_every,
-        bits, num_classes,
+        bits, num_classes, mu,
     )  # fmt: skip
     sharding = worker_sharding(n)
     if sharding is not None:
@@ -516,7 +580,7 @@ def run_sync(
 @functools.lru_cache(maxsize=16)
 def _run_sync_jit(
     loss_fn, layout, cluster, attack, aggregator, options, rounds, record_every, bits,
-    num_classes,
+    num_classes, mu,
 ):  # fmt: skip
     """The compiled rounds; cached like :func:`_run_async_jit`."""
     n, f = cluster.num_workers, cluster.num_byzantine
@@ -536,7 +600,7 @@ def _run_sync_jit(
     @jax.jit
     def run(flat0, x, y, key, lrs):
         def round_(carry, round_key):
-            flat, center, clock, t = carry
+            flat, center, clock, t, momenta = carry
             k_batch, k_attack, k_delay = jax.random.split(round_key, 3)
             workers = jnp.arange(n)
             flips = byzantine & attack.flips_labels
@@ -547,6 +611,8 @@ def _run_sync_jit(
             G = jax.vmap(gradient)(workers, jax.random.split(k_batch, n), flips)
             if sharding is not None:
                 G = jax.lax.with_sharding_constraint(G, sharding)
+            if mu:
+                G = momenta = jnp.where(t == 0, G, mu * momenta + (1.0 - mu) * G)
             if f and attack.name not in ("none", "label_flip"):
                 honest = G[f:]
                 crafted = jax.vmap(lambda k, own: attack.craft(k, own, honest))(
@@ -563,13 +629,14 @@ def _run_sync_jit(
             )
             clock = clock + jnp.max(draws) + upload
             record = (clock, jnp.int32(-1), jnp.int32(0), jnp.max(draws))
-            return (flat, update, clock, t + 1), record
+            return (flat, update, clock, t + 1, momenta), record
 
         def chunk(carry, chunk_key):
             carry, records = jax.lax.scan(round_, carry, jax.random.split(chunk_key, record_every))
             return carry, (records, carry[0], carry[2], carry[3])
 
-        init = (flat0, jnp.zeros_like(flat0), jnp.float32(0.0), jnp.zeros((), jnp.int32))
+        momenta = jnp.zeros((n, flat0.shape[0]) if mu else (n, 1), jnp.float32)
+        init = (flat0, jnp.zeros_like(flat0), jnp.float32(0.0), jnp.zeros((), jnp.int32), momenta)
         _, (records, params, times, steps) = jax.lax.scan(
             chunk, init, jax.random.split(key, rounds // record_every)
         )

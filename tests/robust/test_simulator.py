@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from jaxopt_suite.robust import far_sign as fs
+from jaxopt_suite.robust.attacks import alie_z
 from jaxopt_suite.robust.simulator import Cluster, run_async, run_sync
 
 DIM = 8
@@ -160,14 +161,21 @@ def _greedy_waves(staleness, width, record_every):
 
 
 @pytest.mark.parametrize(
-    "protocol, attack", [("far_sign", "sign_flip"), ("far_sign", "alie"), ("sgd", "ipm")]
+    "protocol, attack, momentum",
+    [
+        ("far_sign", "sign_flip", 0.0),
+        ("far_sign", "alie", 0.0),
+        ("sgd", "ipm", 0.0),
+        ("far_sign", "alie", 0.9),
+        ("sgd", "sign_flip", 0.5),
+    ],
 )
-def test_messages_computed_in_waves_give_the_same_trace(key, protocol, attack):
+def test_messages_computed_in_waves_give_the_same_trace(key, protocol, attack, momentum):
     data, _ = _regression(8)
     cluster = Cluster(num_workers=8, num_byzantine=2, delay="exponential", batch_size=8)
     kwargs = dict(
         protocol=protocol, attack=attack, events=600, record_every=200, key=key,
-        num_directions=4, alpha=0.02, beta=0.02, learning_rate=0.02,
+        num_directions=4, alpha=0.02, beta=0.02, learning_rate=0.02, worker_momentum=momentum,
     )  # fmt: skip
     one = run_async(_loss, PARAMS, data, cluster, parallel_events=1, **kwargs)
     four = run_async(_loss, PARAMS, data, cluster, parallel_events=4, **kwargs)
@@ -178,6 +186,71 @@ def test_messages_computed_in_waves_give_the_same_trace(key, protocol, attack):
     # the waves are not trivial: most events share theirs with others
     sizes = _greedy_waves(np.asarray(one.staleness), 4, 200)
     assert sizes.sum() == 600 and sizes.mean() > 2.0
+
+
+def _one_sample_per_worker(n, seed=0):
+    """Shards whose rows all repeat one sample per worker: every minibatch of worker ``i``
+    has the gradient ``(a_i . w - b_i) a_i``, so a run can be replayed by hand."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(n, DIM)).astype(np.float32)
+    b = rng.normal(size=n).astype(np.float32)
+    x = np.broadcast_to(a[:, None, :], (n, 16, DIM)).copy()
+    y = np.broadcast_to(b[:, None], (n, 16)).copy()
+    return (x, y), a.astype(np.float64), b.astype(np.float64)
+
+
+@pytest.mark.parametrize("attack", ["none", "alie"])
+def test_async_worker_momentum_matches_a_replay_by_hand(key, attack):
+    """Asynchronous SGD with worker momentum ``mu``: worker ``i`` keeps ``m <- mu m + (1 -
+    mu) g`` over the gradients at its snapshots (``m = g`` at its first message); under
+    ALIE a Byzantine worker sends ``mean - z std`` of the honest workers' momenta as they
+    were when it started the message (zero before their first message)."""
+    n, f, mu, lr = 5, 1 if attack == "alie" else 0, 0.8, 0.05
+    data, a, b = _one_sample_per_worker(n)
+    cluster = Cluster(num_workers=n, num_byzantine=f, delay="exponential", stragglers=1)
+    events, every = 120, 40
+    trace = run_async(
+        _loss, PARAMS, data, cluster, protocol="sgd", attack=attack, events=events,
+        record_every=every, key=key, learning_rate=lr, worker_momentum=mu,
+    )  # fmt: skip
+    z = alie_z(n, f) if f else 0.0
+    x = np.zeros(DIM)
+    snapshot, momenta = np.zeros((n, DIM)), np.zeros((n, DIM))
+    seen = np.zeros((n, n - f, DIM))  # the honest momenta when each worker started
+    first, started = np.ones(n, bool), np.zeros(n, int)
+    workers, staleness = np.asarray(trace.worker), np.asarray(trace.staleness)
+    for e in range(events):
+        i = workers[e]
+        assert staleness[e] == e - started[i]
+        g = (a[i] @ snapshot[i] - b[i]) * a[i]
+        honest = seen[i]
+        momenta[i] = g if first[i] else mu * momenta[i] + (1 - mu) * g
+        first[i] = False
+        sent = honest.mean(0) - z * honest.std(0) if i < f else momenta[i]
+        x = x - lr * sent
+        snapshot[i] = x
+        seen[i] = momenta[f:]
+        started[i] = e + 1
+        if (e + 1) % every == 0:
+            np.testing.assert_allclose(trace.params[e // every], x, rtol=1e-4, atol=1e-5)
+    assert np.linalg.norm(x) > 0.1  # it moved
+
+
+def test_sync_worker_momentum_matches_a_replay_by_hand(key):
+    """Synchronous rounds with worker momentum: the aggregator combines the momenta."""
+    n, mu, lr = 4, 0.5, 0.1
+    data, a, b = _one_sample_per_worker(n, seed=1)
+    trace = run_sync(
+        _loss, PARAMS, data, Cluster(num_workers=n, stragglers=0), aggregator="mean",
+        rounds=30, record_every=10, key=key, learning_rate=lr, worker_momentum=mu,
+    )  # fmt: skip
+    x, momenta = np.zeros(DIM), np.zeros((n, DIM))
+    for t in range(30):
+        g = (a @ x - b)[:, None] * a
+        momenta = g if t == 0 else mu * momenta + (1 - mu) * g
+        x = x - lr * momenta.mean(0)
+        if (t + 1) % 10 == 0:
+            np.testing.assert_allclose(trace.params[t // 10], x, rtol=1e-4, atol=1e-5)
 
 
 def test_zeroth_order_far_sign_learns_without_adversaries(key):
@@ -322,6 +395,18 @@ def test_bad_input_is_named(key):
         run_async(_loss, PARAMS, bad, cluster, events=10, record_every=10, key=key)
     with pytest.raises(ValueError, match="delay must be one of"):
         Cluster(delay="pareto").checked()
+    common = dict(events=10, record_every=10, key=key, num_directions=4)
+    with pytest.raises(ValueError, match=r"worker_momentum must lie in \[0, 1\), got 1.0"):
+        run_async(_loss, PARAMS, data, cluster, worker_momentum=1.0, **common)
+    rounds = dict(rounds=10, record_every=10, key=key, aggregator="mean")
+    with pytest.raises(TypeError, match="worker_momentum must be a number"):
+        run_sync(_loss, PARAMS, data, cluster, worker_momentum="high", **rounds)
+    with pytest.raises(ValueError, match="worker_momentum must lie in"):
+        run_sync(_loss, PARAMS, data, cluster, worker_momentum=-0.1, **rounds)
+    with pytest.raises(ValueError, match="worker_momentum needs gradients"):
+        run_async(
+            _loss, PARAMS, data, cluster, protocol="far_sign_zo", worker_momentum=0.5, **common
+        )
 
 
 def test_repeated_runs_compile_once_and_use_their_own_step_sizes(key):
