@@ -484,9 +484,7 @@ def _run_async_jit(
                 residual = residual.at[i].set(assign(server, n + e))
                 if mu:  # its momentum; a Byzantine worker sees the honest ones as they are now
                     momenta = momenta.at[i].set(vs[j])
-                    seen = seen.at[jnp.where(i < f, i, seen.shape[0])].set(
-                        momenta[f:], mode="drop"
-                    )
+                    seen = seen.at[jnp.where(i < f, i, seen.shape[0])].set(momenta[f:], mode="drop")
                 return flat, server, snapshot, residual, momenta, seen
 
             inner = (flat, server, snapshot, residual, momenta, seen)
