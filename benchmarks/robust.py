@@ -26,6 +26,12 @@ the best aggregator's (at equal time and at equal gradients) and >= 88%; at 0% w
 points of asynchronous SGD; one bit per direction (the upload: ``K`` bits plus a 32-bit
 id, against ``32 d`` bits); zeroth-order FAR-SIGN >= 80% under the same attacks.
 
+With worker momentum (report only, no target): every worker of every method sends its
+momentum ``m <- 0.9 m + 0.1 g`` (:data:`MOMENTUM`), the defence of Karimireddy, He & Jaggi
+(2021) against attacks that hide in the honest spread (ALIE). FAR-SIGN, asynchronous SGD
+and every aggregator (equal gradients) pick their step sizes again on the same grids
+without Byzantine workers, then FAR-SIGN and the aggregators run 30% ALIE and sign flip.
+
 Every run the targets compare is repeated with ``SEEDS`` keys (data order, delays,
 directions and attack draws all change) and the targets use the mean final accuracy: one
 run's final accuracy under ALIE varies by several points from key to key (FAR-SIGN: 73 to
@@ -87,6 +93,10 @@ QUICK_RATES = {
     "sign_majority": (0.01,),
 }
 QUICK_AGGREGATORS = ("mean", "trimmed_mean", "multi_krum", "centered_clipping")
+# The runs "with worker momentum": every worker of every method sends m <- mu m + (1 - mu) g
+# (the simulator's ``worker_momentum``); 0.9 is the value of Karimireddy, He & Jaggi
+# (2021), who show momentum defeats ALIE-type attacks on aggregators. Not tuned here.
+MOMENTUM = 0.9
 
 
 def _data(quick: bool):
@@ -193,7 +203,7 @@ class _Runner:
             "seconds": seconds,
         }
 
-    def far_sign(self, fraction, attack, rate, zeroth_order=False, seed=1) -> dict:
+    def far_sign(self, fraction, attack, rate, zeroth_order=False, seed=1, momentum=0.0) -> dict:
         cfg = FAR_SIGN_ZO if zeroth_order else FAR_SIGN
         alpha, beta = fs.default_schedules(rate, cfg["beta"], cfg["t0"])
         trace, row = self._run(
@@ -207,12 +217,13 @@ class _Runner:
             num_directions=cfg["num_directions"],
             alpha=alpha,
             beta=beta,
+            worker_momentum=momentum,
         )
         row["bits_per_direction"] = trace.bits_per_message / cfg["num_directions"]
         row["bits_per_upload"] += 32  # the message id that names the directions
         return row
 
-    def async_sgd(self, fraction, attack, rate, seed=1) -> dict:
+    def async_sgd(self, fraction, attack, rate, seed=1, momentum=0.0) -> dict:
         return self._run(
             run_async,
             fraction,
@@ -222,9 +233,12 @@ class _Runner:
             events=self.events,
             record_every=self.events // CHECKPOINTS,
             learning_rate=rate,
+            worker_momentum=momentum,
         )[1]
 
-    def sync(self, aggregator, fraction, attack, rate, rounds, until=None, seed=1) -> dict:
+    def sync(
+        self, aggregator, fraction, attack, rate, rounds, until=None, seed=1, momentum=0.0
+    ) -> dict:
         record = max(1, rounds // CHECKPOINTS)
         _, row = self._run(
             run_sync,
@@ -235,6 +249,7 @@ class _Runner:
             rounds=record * math.ceil(rounds / record),
             record_every=record,
             learning_rate=rate,
+            worker_momentum=momentum,
             **AGGREGATORS[aggregator],
         )
         if until is not None:  # the last checkpoint within the time budget
@@ -285,6 +300,7 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
         + 2 * sum(n_rates["sign_majority" if a == "sign_majority" else "sync"] for a in aggregators)
         + len(cells) * (3 + len(aggregators)) + len(targets) * len(aggregators)
         + (runner.seeds - 1) * (3 + len(targets) * (2 + 2 * len(aggregators)))
+        + _momentum_runs(runner, grids, aggregators, targets)
     )  # fmt: skip
     rates, tuning = {}, {}
     clean, clean_gradients = {}, {}
@@ -361,9 +377,98 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
                 rows[name] = runner.repeated(runner.sync(*args), runner.sync, *args)
                 advance(runner.seeds)
             equal_gradients[f"{int(round(100 * top))}% {attack}"] = rows
+        results["worker_momentum"] = _with_momentum(
+            runner, grids, aggregators, top, targets, gradient_rounds, advance
+        )
     results["equal_gradients"] = equal_gradients
     results["step_sizes"] = {"chosen": {k: float(v) for k, v in rates.items()}, "tried": tuning}
     return _summarise(runner, results, fractions, attacks, quick, out_dir)
+
+
+def _momentum_runs(runner, grids, aggregators, targets) -> int:
+    """How many runs :func:`_with_momentum` makes."""
+    tuning = (
+        len(grids["far_sign"])
+        + len(grids["async_sgd"])
+        + sum(len(grids["sign_majority" if a == "sign_majority" else "sync"]) for a in aggregators)
+    )
+    return tuning + 2 * (runner.seeds - 1) + len(targets) * (1 + len(aggregators)) * runner.seeds
+
+
+def _with_momentum(runner, grids, aggregators, top, targets, rounds, advance) -> dict:
+    """FAR-SIGN, asynchronous SGD and every aggregator (equal gradients) again, every worker
+    with momentum :data:`MOMENTUM`: step sizes picked again on their grids without Byzantine
+    workers, then the target attacks at ``top`` (FAR-SIGN and the aggregators), every
+    compared run repeated over the keys."""
+    mu = MOMENTUM
+    chosen, clean = {}, {}
+    for method, simulate in (("far_sign", runner.far_sign), ("async_sgd", runner.async_sgd)):
+        rows = {}
+        for rate in grids[method]:
+            rows[rate] = simulate(0.0, "none", rate, momentum=mu)
+            advance()
+        chosen[method], clean[method] = _best(rows)
+        runner.repeated(clean[method], simulate, 0.0, "none", chosen[method], momentum=mu)
+        advance(runner.seeds - 1)
+    for name in aggregators:
+        rows = {}
+        for rate in grids["sign_majority" if name == "sign_majority" else "sync"]:
+            rows[rate] = runner.sync(name, 0.0, "none", rate, rounds, momentum=mu)
+            advance()
+        chosen[name], clean[name] = _best(rows)
+    out = {"momentum": mu, "step_sizes": {k: float(v) for k, v in chosen.items()}}
+    out["0% none"] = clean
+    for attack in targets:
+        args = (top, attack, chosen["far_sign"])
+        cell = {"far_sign": runner.far_sign(*args, momentum=mu)}
+        runner.repeated(cell["far_sign"], runner.far_sign, *args, momentum=mu)
+        advance(runner.seeds)
+        for name in aggregators:
+            args = (name, top, attack, chosen[name], rounds)
+            cell[name] = runner.repeated(
+                runner.sync(*args, momentum=mu), runner.sync, *args, momentum=mu
+            )
+            advance(runner.seeds)
+        out[f"{int(round(100 * top))}% {attack}"] = cell
+    return out
+
+
+_NOT_CELLS = ("equal_gradients", "step_sizes", "worker_momentum")
+
+
+def _momentum_rows(results, keys) -> list[SummaryRow]:
+    """The rows of the runs with worker momentum: FAR-SIGN against the best aggregator at
+    equal gradients under each target attack, and against asynchronous SGD without
+    Byzantine workers."""
+    momentum = results.get("worker_momentum")
+    if momentum is None:
+        return []
+    mu = momentum["momentum"]
+    rows = []
+    for cell_name, cell in momentum.items():
+        if cell_name in ("momentum", "step_sizes", "0% none"):
+            continue
+        best = max((n for n in AGGREGATORS if n in cell), key=lambda n: _mean_final(cell[n]))
+        rows.append(
+            SummaryRow(
+                "far_sign",
+                f"test accuracy %, {cell_name}, worker momentum {mu}, equal gradients, {keys}",
+                100 * _mean_final(cell["far_sign"]),
+                f"best aggregator, momentum {mu} ({best})",
+                100 * _mean_final(cell[best]),
+            )
+        )
+    clean = momentum["0% none"]
+    rows.append(
+        SummaryRow(
+            "far_sign",
+            f"test accuracy %, no Byzantine, worker momentum {mu}, {keys}",
+            100 * _mean_final(clean["far_sign"]),
+            f"async SGD, momentum {mu}",
+            100 * _mean_final(clean["async_sgd"]),
+        )
+    )
+    return rows
 
 
 def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResult:
@@ -425,7 +530,7 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
         )
     )
     for fraction_key, cells in results.items():
-        if fraction_key in ("equal_gradients", "step_sizes"):
+        if fraction_key in _NOT_CELLS:
             continue
         for attack, cell in cells.items():
             baselines = [_mean_final(cell[n]) for n in AGGREGATORS if n in cell]
@@ -446,6 +551,7 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
                             100 * anchor_value,
                         )
                     )
+    summary.extend(_momentum_rows(results, keys))
     note = (
         "quick run: 4,000 uploads, 2,000 test images, the full run's step sizes, 4 aggregators"
         if quick
@@ -488,7 +594,7 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
             max(
                 cell["far_sign"]["bits_per_direction"]
                 for key, cells in results.items()
-                if key not in ("equal_gradients", "step_sizes")
+                if key not in _NOT_CELLS
                 for cell in cells.values()
                 if "far_sign" in cell
             ),
@@ -517,6 +623,7 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
         "step_size_grids": {k: list(v) for k, v in RATES.items()},
         "keys_for_compared_runs": runner.seeds,
         "aggregators": AGGREGATORS,
+        "worker_momentum_runs": MOMENTUM,
         "fractions": list(fractions),
         "attacks": list(attacks),
     }
