@@ -195,7 +195,8 @@ def run_async(
     ``worker_momentum`` ``mu`` in ``[0, 1)`` (first-order protocols): each worker keeps
     ``m <- mu m + (1 - mu) g`` over its own gradients (``m = g`` at its first message) and
     sends ``m`` in place of ``g``; the omniscient attacks then craft from the honest
-    workers' current momenta (see the module docstring).
+    workers' momenta as they were when the Byzantine worker started its message (see the
+    module docstring).
 
     ``parallel_events`` (default: the number of local devices) is how many in-flight
     messages are computed at once (see the module docstring); the trace does not depend on
