@@ -41,6 +41,7 @@ compared. The other cells are one run (key 1).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from pathlib import Path
@@ -278,6 +279,22 @@ def _se_final(row: dict) -> float:
     return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
 
 
+def _grid(grids: dict, aggregator: str) -> tuple:
+    """The step-size grid of ``aggregator``: signSGD's own, or the synchronous one."""
+    return grids["sign_majority" if aggregator == "sign_majority" else "sync"]
+
+
+def _tune(rates, simulate, advance, *args, **kwargs) -> tuple[float, dict, dict]:
+    """``simulate(0.0, "none", rate, *args, **kwargs)`` for every ``rate``: the best rate,
+    its run, and every rate's final accuracy."""
+    rows = {}
+    for rate in rates:
+        rows[rate] = simulate(0.0, "none", rate, *args, **kwargs)
+        advance()
+    rate, row = _best(rows)
+    return rate, row, {str(r): v["final_accuracy"] for r, v in rows.items()}
+
+
 def _best(rows: dict) -> tuple[float, dict]:
     """The step size whose run ends with the highest test accuracy, and that run."""
     rate = max(rows, key=lambda r: rows[r]["final_accuracy"])
@@ -306,41 +323,31 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     clean, clean_gradients = {}, {}
     with progress.stage("robust: step sizes (no Byzantine), then attacks", total) as advance:
         for method in ("far_sign", "far_sign_zo"):
-            rows = {}
-            for rate in grids[method]:
-                rows[rate] = runner.far_sign(0.0, "none", rate, method == "far_sign_zo")
-                advance()
-            rates[method], clean[method] = _best(rows)
-            tuning[method] = {str(r): row["final_accuracy"] for r, row in rows.items()}
             zeroth_order = method == "far_sign_zo"
+            rates[method], clean[method], tuning[method] = _tune(
+                grids[method], runner.far_sign, advance, zeroth_order
+            )
             runner.repeated(
                 clean[method], runner.far_sign, 0.0, "none", rates[method], zeroth_order
             )
             advance(runner.seeds - 1)
         budget = clean["far_sign"]["time"][-1]  # the delays do not depend on the method
-        rows = {}
-        for rate in grids["async_sgd"]:
-            rows[rate] = runner.async_sgd(0.0, "none", rate)
-            advance()
-        rates["async_sgd"], clean["async_sgd"] = _best(rows)
-        tuning["async_sgd"] = {str(r): row["final_accuracy"] for r, row in rows.items()}
+        rates["async_sgd"], clean["async_sgd"], tuning["async_sgd"] = _tune(
+            grids["async_sgd"], runner.async_sgd, advance
+        )
         runner.repeated(clean["async_sgd"], runner.async_sgd, 0.0, "none", rates["async_sgd"])
         advance(runner.seeds - 1)
         for name in aggregators:
-            grid = grids["sign_majority" if name == "sign_majority" else "sync"]
-            for budget_name, store in (("time", clean), ("gradients", clean_gradients)):
-                rows = {}
-                for rate in grid:
-                    if budget_name == "time":
-                        rounds = int(1.3 * budget / runner.mean_round_time(0.0)) + 1
-                        rows[rate] = runner.sync(name, 0.0, "none", rate, rounds, until=budget)
-                    else:
-                        rows[rate] = runner.sync(name, 0.0, "none", rate, gradient_rounds)
-                    advance()
-                rates[f"{name}, equal {budget_name}"], store[name] = _best(rows)
-                tuning[f"{name}, equal {budget_name}"] = {
-                    str(r): row["final_accuracy"] for r, row in rows.items()
-                }
+            rounds = int(1.3 * budget / runner.mean_round_time(0.0)) + 1
+            for budget_name, store, kwargs in (
+                ("time", clean, {"rounds": rounds, "until": budget}),
+                ("gradients", clean_gradients, {"rounds": gradient_rounds}),
+            ):
+                label = f"{name}, equal {budget_name}"
+                rates[label], store[name], tuning[label] = _tune(
+                    _grid(grids, name), functools.partial(runner.sync, name), advance,
+                    **kwargs,
+                )  # fmt: skip
         results: dict = {"0%": {"none": clean}}
         for fraction, attack in cells:
             cell = results.setdefault(f"{int(round(100 * fraction))}%", {}).setdefault(attack, {})
@@ -390,7 +397,7 @@ def _momentum_runs(runner, grids, aggregators, targets) -> int:
     tuning = (
         len(grids["far_sign"])
         + len(grids["async_sgd"])
-        + sum(len(grids["sign_majority" if a == "sign_majority" else "sync"]) for a in aggregators)
+        + sum(len(_grid(grids, a)) for a in aggregators)
     )
     return tuning + 2 * (runner.seeds - 1) + len(targets) * (1 + len(aggregators)) * runner.seeds
 
@@ -403,19 +410,14 @@ def _with_momentum(runner, grids, aggregators, top, targets, rounds, advance) ->
     mu = MOMENTUM
     chosen, clean = {}, {}
     for method, simulate in (("far_sign", runner.far_sign), ("async_sgd", runner.async_sgd)):
-        rows = {}
-        for rate in grids[method]:
-            rows[rate] = simulate(0.0, "none", rate, momentum=mu)
-            advance()
-        chosen[method], clean[method] = _best(rows)
+        chosen[method], clean[method], _ = _tune(grids[method], simulate, advance, momentum=mu)
         runner.repeated(clean[method], simulate, 0.0, "none", chosen[method], momentum=mu)
         advance(runner.seeds - 1)
     for name in aggregators:
-        rows = {}
-        for rate in grids["sign_majority" if name == "sign_majority" else "sync"]:
-            rows[rate] = runner.sync(name, 0.0, "none", rate, rounds, momentum=mu)
-            advance()
-        chosen[name], clean[name] = _best(rows)
+        chosen[name], clean[name], _ = _tune(
+            _grid(grids, name), functools.partial(runner.sync, name), advance,
+            rounds=rounds, momentum=mu,
+        )  # fmt: skip
     out = {"momentum": mu, "step_sizes": {k: float(v) for k, v in chosen.items()}}
     out["0% none"] = clean
     for attack in targets:

@@ -442,7 +442,8 @@ def _run_async_jit(
                 seen = stats()
                 if attack.opposes_bits:
                     return -fs.worker_bits(jnp.mean(seen, axis=0), d, r)
-                own = v if mu else grad_flat(stale, batch)
+                # the worker's own gradient (or momentum), computed once for first order
+                own = v if protocol == "far_sign" else grad_flat(stale, batch)
                 return fs.worker_bits(attack.craft(k_attack, own, seen), d, r)
 
             return jax.lax.cond(byzantine, byzantine_bits, lambda _: honest, None), v
