@@ -85,10 +85,11 @@ RATES = {
     "sync": (0.3, 1.0, 3.0, 10.0),
     "sign_majority": (0.003, 0.01, 0.03, 0.1),
 }
-# --quick (make demo): the step sizes the full run chose, four of the aggregators
+# --quick (make demo): the step sizes the last full run chose without Byzantine workers
+# (signSGD's at equal time), four of the aggregators
 QUICK_RATES = {
-    "far_sign": (0.2,),
-    "far_sign_zo": (0.05,),
+    "far_sign": (0.1,),
+    "far_sign_zo": (0.02,),
     "async_sgd": (0.1,),
     "sync": (1.0,),
     "sign_majority": (0.01,),
@@ -98,6 +99,11 @@ QUICK_AGGREGATORS = ("mean", "trimmed_mean", "multi_krum", "centered_clipping")
 # (the simulator's ``worker_momentum``); 0.9 is the value of Karimireddy, He & Jaggi
 # (2021), who show momentum defeats ALIE-type attacks on aggregators. Not tuned here.
 MOMENTUM = 0.9
+# The report-only ALIE geometry (see _alie_geometry): honest minibatch gradients sampled,
+# and how far a median tracker can be pushed at 30% (the (1 - 2b) / (2 - 2b) quantile:
+# -Phi^-1(2 / 7) standard deviations)
+GEOMETRY_SAMPLES = 2000
+MEDIAN_REACH = 0.566
 
 
 def _data(quick: bool):
@@ -388,6 +394,7 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
             runner, grids, aggregators, top, targets, gradient_rounds, advance
         )
     results["equal_gradients"] = equal_gradients
+    results["alie_geometry"] = _alie_geometry(runner, rates["far_sign"])
     results["step_sizes"] = {"chosen": {k: float(v) for k, v in rates.items()}, "tried": tuning}
     return _summarise(runner, results, fractions, attacks, quick, out_dir)
 
@@ -435,7 +442,59 @@ def _with_momentum(runner, grids, aggregators, top, targets, rounds, advance) ->
     return out
 
 
-_NOT_CELLS = ("equal_gradients", "step_sizes", "worker_momentum")
+_NOT_CELLS = ("equal_gradients", "step_sizes", "worker_momentum", "alie_geometry")
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+def _alie_geometry(runner, rate, samples: int = GEOMETRY_SAMPLES) -> dict:
+    """Where ALIE's point lies among the honest workers' projections (report only).
+
+    At the parameters FAR-SIGN reaches without Byzantine workers (key 1, step size
+    ``rate``), from ``samples`` minibatch gradients ``g`` (batch 32, random shards): their
+    mean ``m``, per-coordinate deviation ``sigma`` and ALIE's point ``b = m - z sigma``
+    for the top Byzantine fraction. Over one message's directions ``u`` (quantiles): the
+    honest spread ``s_u = std <g, u>``, the attack's offset ``|<b - m, u>| / s_u`` (a
+    median tracker moves to ``b`` where that is below about 0.57, the ``2/7`` quantile)
+    and the signal ``|<m, u>| / s_u``. The simulated attacker estimates ``m`` and
+    ``sigma`` from fewer gradients (the cluster's ``honest_samples``)."""
+    from jaxopt_suite.robust.attacks import alie_z
+
+    alpha, beta = fs.default_schedules(rate, FAR_SIGN["beta"], FAR_SIGN["t0"])
+    trace, _ = runner._run(
+        run_async, 0.0, "none", 1, protocol="far_sign", events=runner.events,
+        record_every=runner.events, num_directions=FAR_SIGN["num_directions"],
+        alpha=alpha, beta=beta,
+    )  # fmt: skip
+    flat = trace.params[-1]
+    _, unravel = ravel_pytree(runner.params)
+    xs, ys = (jnp.asarray(a) for a in runner.shards)
+    z = alie_z(WORKERS, int(round(max(FRACTIONS) * WORKERS)))
+
+    @jax.jit
+    def projections(flat, key):
+        def one(k):
+            k_worker, k_batch = jax.random.split(k)
+            worker = jax.random.randint(k_worker, (), 0, xs.shape[0])
+            idx = jax.random.randint(k_batch, (32,), 0, xs.shape[1])
+            batch = (xs[worker, idx], ys[worker, idx])
+            return ravel_pytree(jax.grad(runner.loss)(unravel(flat), batch))[0]
+
+        G = jax.vmap(one)(jax.random.split(key, samples))
+        b = jnp.mean(G, axis=0) - z * jnp.std(G, axis=0)
+        d = fs.directions(jax.random.key(0), 0, G.shape[1], FAR_SIGN["num_directions"])
+        proj = jax.vmap(lambda g: fs.project(g, d))(G)
+        mean, spread = jnp.mean(proj, axis=0), jnp.std(proj, axis=0)
+        return jnp.abs(fs.project(b, d) - mean) / spread, jnp.abs(mean) / spread
+
+    offset, signal = (np.asarray(v) for v in projections(flat, jax.random.key(1)))
+    return {
+        "samples": samples,
+        "directions": int(offset.shape[0]),
+        "quantiles": list(QUANTILES),
+        "attack_offset_over_spread": np.quantile(offset, QUANTILES).tolist(),
+        "signal_over_spread": np.quantile(signal, QUANTILES).tolist(),
+        "fraction_within_median_reach": float(np.mean(offset < MEDIAN_REACH)),
+    }
 
 
 def _momentum_rows(results, keys) -> list[SummaryRow]:
@@ -554,6 +613,17 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
                         )
                     )
     summary.extend(_momentum_rows(results, keys))
+    geometry = results["alie_geometry"]
+    middle = QUANTILES.index(0.5)
+    summary.append(
+        SummaryRow(
+            "alie (30%)",
+            "attack offset / honest spread along a direction, median over directions",
+            geometry["attack_offset_over_spread"][middle],
+            "signal (honest mean) / spread",
+            geometry["signal_over_spread"][middle],
+        )
+    )
     note = (
         "quick run: 4,000 uploads, 2,000 test images, the full run's step sizes, 4 aggregators"
         if quick
