@@ -98,6 +98,41 @@ def test_converges_to_the_predicted_neighbourhood_with_30_percent_byzantine(key,
     assert error < 0.05 * start
 
 
+def _track_only(key, offset, messages=60_000, dim=16, K=4, n=10, byzantine=3):
+    """The tracker alone (``x`` fixed) fed honest gradients ``m + N(0, I)`` and, from
+    ``byzantine`` of every ``n`` messages, the bits of the point ``b = m - offset 1``;
+    returns ``(y, m, b)``."""
+    m = jax.random.normal(jax.random.key(5), (dim,))
+    b = m - offset * jnp.ones(dim)
+    _, beta_t = fs.default_schedules(alpha=0.0, beta=0.05, t0=2000.0)
+
+    def step(server, t):
+        d = fs.directions(key, t, dim, K)
+        r = fs.residual(server, d)
+        g = m + jax.random.normal(jax.random.fold_in(jax.random.key(9), t), (dim,))
+        bits = jnp.where(t % n < byzantine, fs.worker_bits(b, d, r), fs.worker_bits(g, d, r))
+        return fs.track(server, d, bits, beta_t(t)), None
+
+    run = jax.jit(lambda s: jax.lax.scan(step, s, jnp.arange(messages))[0])
+    return run(fs.server_init(jnp.zeros(dim))).tracker[:dim], m, b
+
+
+def test_a_byzantine_point_inside_the_honest_spread_pulls_the_tracker_all_the_way(key):
+    # 30% of the messages come from b = m - 0.14 * 1 (ALIE's shape), honest noise N(0, I).
+    # Along any unit direction u, |<b - m, u>| <= 0.14 sqrt(16) = 0.56 < 0.566, the reach of
+    # a 30% minority over a median (the 2/7 quantile), so b is the median on every
+    # direction and the tracker's fixed point is b itself, where a mean would stop at
+    # m + 0.3 (b - m). The tolerance is the tracker's own noise: the run without attacker.
+    y, m, b = _track_only(key, 0.14)
+    y_clean, _, _ = _track_only(key, 0.0)
+    noise = float(jnp.linalg.norm(y_clean - m))
+    offset = float(jnp.linalg.norm(b - m))
+    to_b = float(jnp.linalg.norm(y - b))
+    assert noise < 0.25 * offset  # the test can tell b from m + 0.3 (b - m)
+    assert to_b <= 2.0 * noise
+    assert to_b < 0.4 * float(jnp.linalg.norm(m + 0.3 * (b - m) - b))
+
+
 def test_optax_transform_learns_a_quadratic_with_flipped_workers(key):
     n, dim = 8, 32
     target = jnp.linspace(-1.0, 1.0, dim)
