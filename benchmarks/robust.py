@@ -32,6 +32,12 @@ momentum ``m <- 0.9 m + 0.1 g`` (:data:`MOMENTUM`), the defence of Karimireddy, 
 and every aggregator (equal gradients) pick their step sizes again on the same grids
 without Byzantine workers, then FAR-SIGN and the aggregators run 30% ALIE and sign flip.
 
+With normalized inputs (report only, no target): the same section without momentum on
+pixels minus the training pixels' mean, over their standard deviation (the usual MNIST
+transform) instead of raw intensities in [0, 1]. One difference for the attacks: raw
+background pixels are 0, so their weights get zero gradients and ALIE's per-coordinate
+deviation is 0 there; normalized, they are not.
+
 Every run the targets compare is repeated with ``SEEDS`` keys (data order, delays,
 directions and attack draws all change) and the targets use the mean final accuracy: one
 run's final accuracy under ALIE varies by several points from key to key (FAR-SIGN: 73 to
@@ -106,7 +112,10 @@ GEOMETRY_SAMPLES = 2000
 MEDIAN_REACH = 0.566
 
 
-def _data(quick: bool):
+def _data(quick: bool, normalized: bool = False):
+    """The shards and the test set; ``normalized``: every pixel minus the training pixels'
+    mean, over their standard deviation (two numbers for the whole set, the usual MNIST
+    transform), instead of the raw intensities in [0, 1]."""
     try:
         d, name = datasets.load_mnist(), "mnist"
     except datasets.DatasetNotFoundError:
@@ -117,6 +126,9 @@ def _data(quick: bool):
         return x.reshape(-1, 14, 2, 14, 2).mean((2, 4)).reshape(x.shape[0], -1)
 
     x, xt = pool(d.x_train), pool(d.x_test)
+    if normalized:
+        centre, scale = float(x.mean()), float(x.std())
+        x, xt = (x - centre) / scale, (xt - centre) / scale
     m = x.shape[0] // WORKERS
     shards = (
         x[: WORKERS * m].reshape(WORKERS, m, -1),
@@ -152,8 +164,8 @@ def _model(features: int):
 
 
 class _Runner:
-    def __init__(self, quick: bool):
-        self.name, self.shards, (self.xt, self.yt) = _data(quick)
+    def __init__(self, quick: bool, normalized: bool = False):
+        self.name, self.shards, (self.xt, self.yt) = _data(quick, normalized)
         self.params, logits, self.loss = _model(self.shards[0].shape[-1])
         _, unravel = ravel_pytree(self.params)
         self.dim = int(ravel_pytree(self.params)[0].shape[0])
@@ -323,7 +335,7 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
         + 2 * sum(n_rates["sign_majority" if a == "sign_majority" else "sync"] for a in aggregators)
         + len(cells) * (3 + len(aggregators)) + len(targets) * len(aggregators)
         + (runner.seeds - 1) * (3 + len(targets) * (2 + 2 * len(aggregators)))
-        + _momentum_runs(runner, grids, aggregators, targets)
+        + 2 * _variant_runs(runner, grids, aggregators, targets)
     )  # fmt: skip
     rates, tuning = {}, {}
     clean, clean_gradients = {}, {}
@@ -390,17 +402,24 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
                 rows[name] = runner.repeated(runner.sync(*args), runner.sync, *args)
                 advance(runner.seeds)
             equal_gradients[f"{int(round(100 * top))}% {attack}"] = rows
-        results["worker_momentum"] = _with_momentum(
-            runner, grids, aggregators, top, targets, gradient_rounds, advance
+        results["worker_momentum"] = _variant(
+            runner, grids, aggregators, top, targets, gradient_rounds, advance, MOMENTUM
+        )
+        normalized = _Runner(quick, normalized=True)
+        results["normalized_inputs"] = _variant(
+            normalized, grids, aggregators, top, targets, gradient_rounds, advance, 0.0
         )
     results["equal_gradients"] = equal_gradients
     results["alie_geometry"] = _alie_geometry(runner, rates["far_sign"])
+    results["normalized_inputs"]["alie_geometry"] = _alie_geometry(
+        normalized, results["normalized_inputs"]["step_sizes"]["far_sign"]
+    )
     results["step_sizes"] = {"chosen": {k: float(v) for k, v in rates.items()}, "tried": tuning}
     return _summarise(runner, results, fractions, attacks, quick, out_dir)
 
 
-def _momentum_runs(runner, grids, aggregators, targets) -> int:
-    """How many runs :func:`_with_momentum` makes."""
+def _variant_runs(runner, grids, aggregators, targets) -> int:
+    """How many runs :func:`_variant` makes."""
     tuning = (
         len(grids["far_sign"])
         + len(grids["async_sgd"])
@@ -409,12 +428,11 @@ def _momentum_runs(runner, grids, aggregators, targets) -> int:
     return tuning + 2 * (runner.seeds - 1) + len(targets) * (1 + len(aggregators)) * runner.seeds
 
 
-def _with_momentum(runner, grids, aggregators, top, targets, rounds, advance) -> dict:
-    """FAR-SIGN, asynchronous SGD and every aggregator (equal gradients) again, every worker
-    with momentum :data:`MOMENTUM`: step sizes picked again on their grids without Byzantine
-    workers, then the target attacks at ``top`` (FAR-SIGN and the aggregators), every
-    compared run repeated over the keys."""
-    mu = MOMENTUM
+def _variant(runner, grids, aggregators, top, targets, rounds, advance, mu) -> dict:
+    """FAR-SIGN, asynchronous SGD and every aggregator (equal gradients) again on
+    ``runner`` (its data), every worker with momentum ``mu``: step sizes picked again on
+    their grids without Byzantine workers, then the target attacks at ``top`` (FAR-SIGN and
+    the aggregators), every compared run repeated over the keys."""
     chosen, clean = {}, {}
     for method, simulate in (("far_sign", runner.far_sign), ("async_sgd", runner.async_sgd)):
         chosen[method], clean[method], _ = _tune(grids[method], simulate, advance, momentum=mu)
@@ -442,7 +460,13 @@ def _with_momentum(runner, grids, aggregators, top, targets, rounds, advance) ->
     return out
 
 
-_NOT_CELLS = ("equal_gradients", "step_sizes", "worker_momentum", "alie_geometry")
+_NOT_CELLS = (
+    "equal_gradients",
+    "step_sizes",
+    "worker_momentum",
+    "normalized_inputs",
+    "alie_geometry",
+)
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
@@ -497,35 +521,33 @@ def _alie_geometry(runner, rate, samples: int = GEOMETRY_SAMPLES) -> dict:
     }
 
 
-def _momentum_rows(results, keys) -> list[SummaryRow]:
-    """The rows of the runs with worker momentum: FAR-SIGN against the best aggregator at
-    equal gradients under each target attack, and against asynchronous SGD without
-    Byzantine workers."""
-    momentum = results.get("worker_momentum")
-    if momentum is None:
+def _variant_rows(variant: dict | None, label: str, keys) -> list[SummaryRow]:
+    """The rows of a :func:`_variant` section (``label``: what it changed): FAR-SIGN against
+    the best aggregator at equal gradients under each target attack, and against
+    asynchronous SGD without Byzantine workers."""
+    if variant is None:
         return []
-    mu = momentum["momentum"]
     rows = []
-    for cell_name, cell in momentum.items():
-        if cell_name in ("momentum", "step_sizes", "0% none"):
+    for cell_name, cell in variant.items():
+        if cell_name.split(" ")[-1] not in TARGET_ATTACKS:  # "30% alie", "30% sign_flip"
             continue
         best = max((n for n in AGGREGATORS if n in cell), key=lambda n: _mean_final(cell[n]))
         rows.append(
             SummaryRow(
                 "far_sign",
-                f"test accuracy %, {cell_name}, worker momentum {mu}, equal gradients, {keys}",
+                f"test accuracy %, {cell_name}, {label}, equal gradients, {keys}",
                 100 * _mean_final(cell["far_sign"]),
-                f"best aggregator, momentum {mu} ({best})",
+                f"best aggregator, {label} ({best})",
                 100 * _mean_final(cell[best]),
             )
         )
-    clean = momentum["0% none"]
+    clean = variant["0% none"]
     rows.append(
         SummaryRow(
             "far_sign",
-            f"test accuracy %, no Byzantine, worker momentum {mu}, {keys}",
+            f"test accuracy %, no Byzantine, {label}, {keys}",
             100 * _mean_final(clean["far_sign"]),
-            f"async SGD, momentum {mu}",
+            f"async SGD, {label}",
             100 * _mean_final(clean["async_sgd"]),
         )
     )
@@ -612,18 +634,27 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
                             100 * anchor_value,
                         )
                     )
-    summary.extend(_momentum_rows(results, keys))
-    geometry = results["alie_geometry"]
+    momentum = results.get("worker_momentum")
+    if momentum is not None:
+        label = f"worker momentum {momentum['momentum']}"
+        summary.extend(_variant_rows(momentum, label, keys))
+    summary.extend(_variant_rows(results.get("normalized_inputs"), "normalized inputs", keys))
     middle = QUANTILES.index(0.5)
-    summary.append(
-        SummaryRow(
-            "alie (30%)",
-            "attack offset / honest spread along a direction, median over directions",
-            geometry["attack_offset_over_spread"][middle],
-            "signal (honest mean) / spread",
-            geometry["signal_over_spread"][middle],
-        )
-    )
+    for geometry, label in (
+        (results["alie_geometry"], ""),
+        (results.get("normalized_inputs", {}).get("alie_geometry"), ", normalized inputs"),
+    ):
+        if geometry is not None:
+            summary.append(
+                SummaryRow(
+                    "alie (30%)",
+                    "attack offset / honest spread along a direction, median over "
+                    f"directions{label}",
+                    geometry["attack_offset_over_spread"][middle],
+                    "signal (honest mean) / spread",
+                    geometry["signal_over_spread"][middle],
+                )
+            )
     note = (
         "quick run: 4,000 uploads, 2,000 test images, the full run's step sizes, 4 aggregators"
         if quick
@@ -696,6 +727,7 @@ def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResu
         "keys_for_compared_runs": runner.seeds,
         "aggregators": AGGREGATORS,
         "worker_momentum_runs": MOMENTUM,
+        "normalized_inputs_runs": "pixels minus the training mean, over the training std",
         "fractions": list(fractions),
         "attacks": list(attacks),
     }
