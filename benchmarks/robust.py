@@ -41,7 +41,7 @@ deviation is 0 there; normalized, they are not.
 Every run the targets compare is repeated with ``SEEDS`` keys (data order, delays,
 directions and attack draws all change) and the targets use the mean final accuracy: one
 run's final accuracy under ALIE varies by several points from key to key (FAR-SIGN: 73 to
-91% over the five keys, ``final_accuracy_seeds`` in robust.json), more than the margins
+90% over the five keys, ``final_accuracy_seeds`` in robust.json), more than the margins
 compared. The other cells are one run (key 1).
 """
 
@@ -141,6 +141,7 @@ def _data(quick: bool, normalized: bool = False):
     return name, shards, (jnp.asarray(xt), jnp.asarray(yt))
 
 
+@functools.cache  # one loss function for both runners: the compiled simulations are reused
 def _model(features: int):
     k1, k2 = jax.random.split(jax.random.key(0))
     params = {
