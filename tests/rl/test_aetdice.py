@@ -1,5 +1,6 @@
 """AETDICE and its baselines end to end on the balance task, where the optimum is known."""
 
+import dataclasses
 import functools
 
 import chex
@@ -35,13 +36,16 @@ def _dataset():
 
 
 def _table(policy):
-    """The policy's deterministic choice ``P(choose 0 | t, k)`` on every augmented state."""
+    """The policy's deterministic choice ``P(choose 0 | t, k)`` on every augmented state (a
+    Markov policy's on the observation alone)."""
     features = np.array(
         [[1.0, k, t - k, t / HORIZON] for t in range(HORIZON) for k in range(HORIZON + 1)],
         np.float32,
     )
     if policy.features == "timed":
         features = features[:, [0, 3]]
+    elif policy.features == "observation":
+        features = features[:, :1]
     actions = jax.jit(policy.act)(jnp.asarray(features))
     return (np.asarray(actions[:, 0]) > 0).astype(float).reshape(HORIZON, HORIZON + 1)
 
@@ -114,6 +118,36 @@ def test_a_batch_of_preferences_trains_in_one_call():
     assert not np.allclose(leaves[0], leaves[1])
     bc = A.train_bc(_dataset(), objectives, jax.random.key(6), config)
     chex.assert_trees_all_close(bc[0].preference, jnp.array([0.3, 0.7]))
+
+
+def test_behaviour_conditioned_policies_act_at_the_utility_weights():
+    """Conditioned on the behaviour preference, the fitted policy keeps the behaviours'
+    actions apart (preference (1, 0) chose objective 0 in every data episode, (0, 1) never;
+    under equal weights every action is worth the same, so the ratios are flat), and it acts at
+    the objective's normalised weights, where it reaches the linear optimum."""
+    config = dataclasses.replace(CONFIG, iterations=1500, behaviour_conditioned=True)
+    env = envs.BalanceTask(slip=SLIP)
+    for method in ("aetdice", "optidice"):
+        kwargs = {"discount": 1 - 1 / HORIZON} if method == "optidice" else {}
+        train = functools.partial(A.METHODS[method], _dataset(), key=jax.random.key(7),
+                                  config=config, **kwargs)  # fmt: skip
+        even = train(U.ser(U.linear([1.0, 1.0])))
+        chex.assert_trees_all_close(even.label, jnp.array([0.5, 0.5]))
+        for label, side in (([1.0, 0.0], 1.0), ([0.0, 1.0], 0.0)):
+            at = dataclasses.replace(even, label=jnp.asarray(label))
+            np.testing.assert_array_equal(_table(at), side)
+        objective = U.ser(U.linear([1.8, 0.2]))
+        tilted = train(objective)
+        chex.assert_trees_all_close(tilted.label, jnp.array([0.9, 0.1]))
+        value, _, _ = A.evaluate(env, tilted, objective, jax.random.key(8), episodes=2000)
+        best, _ = exact.optimum(objective, HORIZON, SLIP)
+        assert value >= 0.95 * best
+    with pytest.raises(ValueError, match="a label is given exactly for a behaviour-cond"):
+        dataclasses.replace(tilted, label=None)
+    with pytest.raises(ValueError, match=r"behaviour_conditioned=True needs the data's behav"):
+        fit = A.dice.make_fit(config, 1)
+        data = A.aetdice.augmented_data(_dataset())._replace(labels=None)
+        fit(data, A.aetdice.aetdice_problem(_dataset(), objective), jax.random.key(0))
 
 
 def test_bad_inputs_raise():

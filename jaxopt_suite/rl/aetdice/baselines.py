@@ -17,6 +17,8 @@ end the task for a Markov policy.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,6 +26,7 @@ import numpy as np
 from jaxopt_suite.rl.aetdice.dice import DiceConfig, DiceData, DiceProblem
 from jaxopt_suite.rl.aetdice.policy import (
     as_list,
+    behaviour_labels,
     check_dataset,
     dice_data,
     fit_problems,
@@ -87,7 +90,10 @@ def _train_discounted(method, dataset, objectives, key, config, discount):
     problems = [discounted_problem(dataset, objective, discount) for objective in objectives]
     keys = jax.random.split(key, len(problems))
     results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
-    return trained_policies(method, "observation", config, data, results, dataset.mask.shape[1])
+    return trained_policies(
+        method, "observation", config, data, results, dataset.mask.shape[1],
+        labels=behaviour_labels(config, objectives),
+    )  # fmt: skip
 
 
 def train_optidice(
@@ -118,7 +124,10 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     """Preference-conditioned behaviour cloning (module docstring): one network trained on all
     episodes, returned once per objective with the objective's normalised weights as its
     preference."""
-    config = DiceConfig() if config is None else config
+    # the network already takes the preference; nothing is weighted to condition on
+    config = dataclasses.replace(
+        DiceConfig() if config is None else config, behaviour_conditioned=False
+    )
     check_dataset(dataset)
     objectives, single = as_list(objectives)
     size = dataset.rewards.shape[-1]

@@ -9,6 +9,10 @@ from the environment's observation (``features``):
   :class:`envs.AccumulatedReturnWrapper` builds it (AETDICE);
 * ``"timed"``: the observation with the time appended (AETDICE for SER);
 * ``"preference"``: the observation with a preference vector appended (conditioned BC).
+
+A DICE policy fitted with ``DiceConfig.behaviour_conditioned`` also takes a behaviour
+preference (:mod:`.dice`) and acts at its ``label``: its objective's normalised utility
+weights.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class TrainedPolicy:
       horizon: the episode length the time feature is normalised by.
       preference: ``(m,)``, the preference a ``"preference"`` policy is conditioned on.
       metrics: the training metrics, per iteration.
+      label: ``(m,)``, the behaviour preference a behaviour-conditioned DICE policy acts at.
     """
 
     method: str
@@ -63,18 +68,21 @@ class TrainedPolicy:
     horizon: int
     preference: jax.Array | None = None
     metrics: dict | None = None
+    label: jax.Array | None = None
 
     def __post_init__(self):
         if self.features not in FEATURES:
             raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
         if (self.features == "preference") != (self.preference is not None):
             raise ValueError("a preference is given exactly for features='preference'")
+        if (self.label is not None) != self.config.behaviour_conditioned:
+            raise ValueError("a label is given exactly for a behaviour-conditioned policy")
 
     def act(self, features: jax.Array, key: jax.Array | None = None) -> jax.Array:
         """The action at ``features``: the mean, or a sample when ``key`` is given."""
         return policy_action(
             self.config, self.action_size, self.params,
-            (self.feature_mean, self.feature_std), features, key,
+            (self.feature_mean, self.feature_std), features, key, self.label,
         )  # fmt: skip
 
 
@@ -123,6 +131,9 @@ def dice_data(dataset, features, next_features, continues) -> DiceData:
     steps = flatten_steps(dataset.mask)
     flat = step_rows(features, steps)
     mean, std = feature_statistics(flat)
+    episodes, horizon = dataset.mask.shape
+    preferences = np.asarray(dataset.preferences, np.float32)
+    labels = np.broadcast_to(preferences[:, None, :], (episodes, horizon, preferences.shape[-1]))
     return DiceData(
         features=flat,
         next_features=step_rows(next_features, steps),
@@ -131,6 +142,7 @@ def dice_data(dataset, features, next_features, continues) -> DiceData:
         initial_features=jnp.asarray(features[:, 0], jnp.float32),
         feature_mean=mean,
         feature_std=std,
+        labels=step_rows(labels, steps),
     )
 
 
@@ -142,10 +154,12 @@ def as_list(objectives) -> tuple[list, bool]:
 
 def trained_policies(
     method: str, features: str, config: DiceConfig, data: DiceData, results, horizon: int,
-    preferences=None,
+    preferences=None, labels=None,
 ) -> list[TrainedPolicy]:  # fmt: skip
-    """One :class:`TrainedPolicy` per training result (with its preference, if given)."""
+    """One :class:`TrainedPolicy` per training result (with its preference, if given; with
+    its behaviour label, if fitted behaviour-conditioned)."""
     preferences = [None] * len(results) if preferences is None else preferences
+    labels = [None] * len(results) if labels is None else labels
     return [
         TrainedPolicy(
             method=method,
@@ -158,9 +172,19 @@ def trained_policies(
             horizon=horizon,
             preference=preference,
             metrics=result.metrics,
+            label=label,
         )  # fmt: skip
-        for result, preference in zip(results, preferences, strict=True)
+        for result, preference, label in zip(results, preferences, labels, strict=True)
     ]
+
+
+def behaviour_labels(config: DiceConfig, objectives: Sequence[AET]) -> list | None:
+    """The label each objective's behaviour-conditioned policy acts at, its utility's weights
+    over their sum (as BC(P)); ``None`` unless ``config.behaviour_conditioned``."""
+    if not config.behaviour_conditioned:
+        return None
+    weights = [jnp.asarray(o.utility.weights, jnp.float32) for o in objectives]
+    return [w / jnp.sum(w) for w in weights]
 
 
 def reward_scale(rewards: jax.Array, direction: jax.Array) -> jax.Array:
@@ -201,8 +225,9 @@ def fit_problems(
     jax.jit, static_argnames=("env", "policy_static", "episodes", "horizon", "deterministic")
 )
 def _rollout(
-    env, policy_static, params, mean, std, preference, key, *, episodes, horizon, deterministic
-):
+    env, policy_static, params, mean, std, preference, label, key, *, episodes, horizon,
+    deterministic,
+):  # fmt: skip
     features, config, action_size = policy_static
     k_reset, k_steps = jax.random.split(key)
     state = jax.vmap(env.reset)(jax.random.split(k_reset, episodes))
@@ -216,7 +241,7 @@ def _rollout(
         elif features == "timed":  # the wrapper's (s, x, t) without x
             obs = jnp.concatenate([obs[:, : -size - 1], obs[:, -1:]], -1)
         key = None if deterministic else key
-        action = policy_action(config, action_size, params, (mean, std), obs, key)
+        action = policy_action(config, action_size, params, (mean, std), obs, key, label)
         state = jax.vmap(env.step)(state, action)
         # Steps after an episode's end are not defined (they may even be NaN): masked out.
         reward = jnp.where(alive[:, None] > 0, state.info["reward_vector"], 0.0)
@@ -242,15 +267,16 @@ def rollout_returns(
     """Vector returns ``(episodes, m)`` of ``policy`` in ``env`` (a multi-objective environment
     of :mod:`envs`, unbatched) over ``horizon`` steps (the policy's own by default) or until
     the episode ends. Actions are sampled unless ``deterministic``: under SER a stationary
-    policy may need to randomise to reach the optimum (a deterministic one picks a vertex)."""
+    policy may need to randomise to reach the optimum (a deterministic one picks a vertex).
+    A behaviour-conditioned policy acts at its ``label``."""
     horizon = policy.horizon if horizon is None else int(horizon)
     if policy.features in ("augmented", "timed"):
         env = _augmented(env, policy.horizon)
     preference = policy.preference if policy.preference is not None else jnp.zeros(())
     static = (policy.features, policy.config, policy.action_size)
     return _rollout(
-        env, static, policy.params, policy.feature_mean, policy.feature_std, preference, key,
-        episodes=episodes, horizon=horizon, deterministic=deterministic,
+        env, static, policy.params, policy.feature_mean, policy.feature_std, preference,
+        policy.label, key, episodes=episodes, horizon=horizon, deterministic=deterministic,
     )  # fmt: skip
 
 
