@@ -304,7 +304,7 @@ def _linear_match(data, objectives, key, config, gamma, score, entry, keys) -> d
         "z": ratio(ours.mean() - theirs.mean(), noise),
         "evaluation_only": ratio(
             entry["aetdice"]["score"] - entry["optidice"]["score"], evaluation
-        ),  # fmt: skip
+        ),
     }
 
 

@@ -150,6 +150,14 @@ def test_behaviour_conditioned_policies_act_at_the_utility_weights():
         fit(data, A.aetdice.aetdice_problem(_dataset(), objective), jax.random.key(0))
 
 
+def test_behaviour_labels_are_normalised_like_the_weights_they_act_at():
+    data = _dataset()
+    scaled = data._replace(preferences=3.0 * np.asarray(data.preferences))
+    labels = A.aetdice.augmented_data(scaled).labels
+    chex.assert_trees_all_close(labels, A.aetdice.augmented_data(data).labels, atol=1e-6)
+    chex.assert_trees_all_close(labels.sum(-1), jnp.ones(labels.shape[0]), atol=1e-6)
+
+
 def test_bad_inputs_raise():
     data = _dataset()
     with pytest.raises(ValueError, match="reward vectors have 2 objectives but the ESR"):

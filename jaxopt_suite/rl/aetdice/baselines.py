@@ -31,6 +31,7 @@ from jaxopt_suite.rl.aetdice.policy import (
     dice_data,
     fit_problems,
     flatten_steps,
+    normalised_preferences,
     reward_scale,
     step_rows,
     trained_policies,
@@ -138,7 +139,7 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
                 f"{objective.utility.weights.shape[0]} weights"
             )
     # check_dataset has checked that the preferences are (N, m)
-    preferences = jnp.asarray(dataset.preferences, jnp.float32)
+    preferences = jnp.asarray(normalised_preferences(dataset))
     data = markov_data(dataset, 0.99, extra=preferences)  # cloning reads no discount
     problem = DiceProblem(  # unused by plain cloning beyond its shapes
         rewards=jnp.zeros((data.features.shape[0], 1)), outer=Linear(jnp.ones((1,))),

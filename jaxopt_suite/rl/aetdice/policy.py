@@ -132,7 +132,7 @@ def dice_data(dataset, features, next_features, continues) -> DiceData:
     flat = step_rows(features, steps)
     mean, std = feature_statistics(flat)
     episodes, horizon = dataset.mask.shape
-    preferences = np.asarray(dataset.preferences, np.float32)
+    preferences = normalised_preferences(dataset)
     labels = np.broadcast_to(preferences[:, None, :], (episodes, horizon, preferences.shape[-1]))
     return DiceData(
         features=flat,
@@ -144,6 +144,14 @@ def dice_data(dataset, features, next_features, continues) -> DiceData:
         feature_std=std,
         labels=step_rows(labels, steps),
     )
+
+
+def normalised_preferences(dataset) -> np.ndarray:
+    """The episodes' behaviour preferences ``(N, m)`` over their sums (rows summing to 0 stay
+    0), on the scale of the normalised utility weights a conditioned policy acts at."""
+    preferences = np.asarray(dataset.preferences, np.float32)
+    total = preferences.sum(axis=-1, keepdims=True)
+    return np.where(total > 0, preferences / np.where(total > 0, total, 1.0), preferences)
 
 
 def as_list(objectives) -> tuple[list, bool]:
