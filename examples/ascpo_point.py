@@ -66,6 +66,7 @@ def main(argv=None):
         )
         out[algorithm] = {
             "return": float(np.mean(stats["episode_return"])),
+            "seed_returns": np.asarray(stats["episode_return"], np.float64).tolist(),
             "max_cost": float(np.mean(stats["episode_max_cost"])),
             "violation": float(np.mean(stats["violation"])),
         }
