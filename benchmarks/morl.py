@@ -243,6 +243,8 @@ def run_task(name: str, task: dict, advance) -> dict:
             entry = {}
             keys = jax.random.split(jax.random.fold_in(evaluation_key, len(families)),
                                     len(objectives))  # fmt: skip
+            if family == "linear":
+                linear_keys = keys  # the linear match scores its other keys on these
             for method, policies in methods.items():
                 per_pref = [score(p, o, k) for p, o, k in zip(policies, objectives, keys,
                                                               strict=True)]  # fmt: skip
@@ -264,9 +266,7 @@ def run_task(name: str, task: dict, advance) -> dict:
             advance()
     cell["objectives"] = families
     cell["linear_match"] = timed("linear_seeds", lambda: _linear_match(
-        data, linear_objectives, key, config, gamma, score, families["linear/ser"],
-        # the linear family's evaluation keys: it was scored last, as entry len(families) - 1
-        jax.random.split(jax.random.fold_in(evaluation_key, len(families) - 1), len(prefs)),
+        data, linear_objectives, key, config, gamma, score, families["linear/ser"], linear_keys,
     ))  # fmt: skip
     cell["train_seconds"] = timings
     return cell

@@ -144,10 +144,11 @@ def test_behaviour_conditioned_policies_act_at_the_utility_weights():
         assert value >= 0.95 * best
     with pytest.raises(ValueError, match="a label is given exactly for a behaviour-cond"):
         dataclasses.replace(tilted, label=None)
+    fit = A.dice.make_fit(config, 1)
+    unlabelled = A.aetdice.augmented_data(_dataset())._replace(labels=None)
+    problem = A.aetdice.aetdice_problem(_dataset(), objective)
     with pytest.raises(ValueError, match=r"behaviour_conditioned=True needs the data's behav"):
-        fit = A.dice.make_fit(config, 1)
-        data = A.aetdice.augmented_data(_dataset())._replace(labels=None)
-        fit(data, A.aetdice.aetdice_problem(_dataset(), objective), jax.random.key(0))
+        fit(unlabelled, problem, jax.random.key(0))
 
 
 def test_behaviour_labels_are_normalised_like_the_weights_they_act_at():

@@ -32,6 +32,7 @@ from jaxopt_suite.rl.aetdice.policy import (
     fit_problems,
     flatten_steps,
     normalised_preferences,
+    normalised_weights,
     reward_scale,
     step_rows,
     trained_policies,
@@ -149,9 +150,8 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     (result,) = fit_problems(
         config, data.actions.shape[-1], data, [problem], key[None], weighted=False
     )
-    weights = [o.utility.weights / jnp.sum(o.utility.weights) for o in objectives]
     policies = trained_policies(
         "bc", "preference", config, data, [result] * len(objectives), dataset.mask.shape[1],
-        weights,
+        normalised_weights(objectives),
     )  # fmt: skip
     return policies[0] if single else policies

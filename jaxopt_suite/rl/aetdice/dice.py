@@ -41,10 +41,9 @@ preference-conditioned cloning's. With this option the weighted cloning is also 
 on each episode's behaviour annotation ``b`` (the dataset's ``preferences``),
 ``max E_D[w* log pi(a|s, b)]``, and the policy acts at ``b`` = the objective's utility
 weights (normalised), where D4MORL's BC(P) acts too. Why not at the label the optimised
-occupancy ``d* = w* d^D`` favours: on that halfcheetah data (five labels, 20% of the steps
-each) the labels' mass ``sum_{steps of b} w*`` stayed between 13% and 25%, and for AETDICE's
-ESR Tchebycheff objectives, where it was 19.6% to 20.3%, acting at the label of the largest
-mass scored 0.18 against 0.27 at the utility's weights: too flat to choose a label.
+occupancy ``d* = w* d^D`` favours: in a probe on that halfcheetah data the labels' mass
+``sum_{steps of b} w*`` stayed near each label's share of the data, too flat to choose one
+(acting at the heaviest label did worse than at the utility's weights on ESR Tchebycheff).
 """
 
 from __future__ import annotations

@@ -186,13 +186,16 @@ def trained_policies(
     ]
 
 
+def normalised_weights(objectives: Sequence[AET]) -> list[jax.Array]:
+    """Each objective's utility weights over their sum: the preference BC(P) and a
+    behaviour-conditioned DICE policy act at."""
+    return [o.utility.weights / jnp.sum(o.utility.weights) for o in objectives]
+
+
 def behaviour_labels(config: DiceConfig, objectives: Sequence[AET]) -> list | None:
-    """The label each objective's behaviour-conditioned policy acts at, its utility's weights
-    over their sum (as BC(P)); ``None`` unless ``config.behaviour_conditioned``."""
-    if not config.behaviour_conditioned:
-        return None
-    weights = [jnp.asarray(o.utility.weights, jnp.float32) for o in objectives]
-    return [w / jnp.sum(w) for w in weights]
+    """The label each objective's behaviour-conditioned policy acts at
+    (:func:`normalised_weights`); ``None`` unless ``config.behaviour_conditioned``."""
+    return normalised_weights(objectives) if config.behaviour_conditioned else None
 
 
 def reward_scale(rewards: jax.Array, direction: jax.Array) -> jax.Array:
