@@ -117,17 +117,18 @@ def test_a_batch_of_preferences_trains_in_one_call():
     leaves = [jax.tree.leaves(p.params)[0] for p in policies]
     assert not np.allclose(leaves[0], leaves[1])
     bc = A.train_bc(_dataset(), objectives, jax.random.key(6), config)
-    chex.assert_trees_all_close(bc[0].preference, jnp.array([0.3, 0.7]))
+    chex.assert_trees_all_close(bc[0].label, jnp.array([0.3, 0.7]))
 
 
 def test_behaviour_conditioned_policies_act_at_the_utility_weights():
     """Conditioned on the behaviour preference, the fitted policy keeps the behaviours'
     actions apart (preference (1, 0) chose objective 0 in every data episode, (0, 1) never;
     under equal weights every action is worth the same, so the ratios are flat), and it acts at
-    the objective's normalised weights, where it reaches the linear optimum."""
+    the objective's normalised weights, where it reaches the linear optimum. BC(P) is the same
+    fit unweighted."""
     config = dataclasses.replace(CONFIG, iterations=1500, behaviour_conditioned=True)
     env = envs.BalanceTask(slip=SLIP)
-    for method in ("aetdice", "optidice"):
+    for method in ("aetdice", "optidice", "bc"):
         kwargs = {"discount": 1 - 1 / HORIZON} if method == "optidice" else {}
         train = functools.partial(A.METHODS[method], _dataset(), key=jax.random.key(7),
                                   config=config, **kwargs)  # fmt: skip

@@ -31,7 +31,6 @@ from jaxopt_suite.rl.aetdice.policy import (
     dice_data,
     fit_problems,
     flatten_steps,
-    normalised_preferences,
     normalised_weights,
     reward_scale,
     step_rows,
@@ -40,16 +39,11 @@ from jaxopt_suite.rl.aetdice.policy import (
 from jaxopt_suite.rl.aetdice.utilities import AET, Linear, linear, ser
 
 
-def markov_data(dataset, discount: float, extra: jax.Array | None = None) -> DiceData:
-    """The dataset's transitions on the environment's state (with ``extra (N, e)`` per-episode
-    features appended, e.g. the behaviour preference), ``gamma_t = gamma (1 - terminal)``."""
-    episodes, horizon = dataset.mask.shape
+def markov_data(dataset, discount: float) -> DiceData:
+    """The dataset's transitions on the environment's state, ``gamma_t = gamma (1 -
+    terminal)``."""
     observations = jnp.asarray(dataset.observations, jnp.float32)
     next_observations = jnp.asarray(dataset.next_observations, jnp.float32)
-    if extra is not None:
-        tiled = jnp.broadcast_to(extra[:, None, :], (episodes, horizon, extra.shape[-1]))
-        observations = jnp.concatenate([observations, tiled], axis=-1)
-        next_observations = jnp.concatenate([next_observations, tiled], axis=-1)
     continues = discount * (1.0 - np.asarray(dataset.terminals, np.float32))
     return dice_data(dataset, observations, next_observations, continues)
 
@@ -124,11 +118,11 @@ def train_serdice(
 
 def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = None):
     """Preference-conditioned behaviour cloning (module docstring): one network trained on all
-    episodes, returned once per objective with the objective's normalised weights as its
-    preference."""
-    # the network already takes the preference; nothing is weighted to condition on
+    episodes, conditioned on each episode's behaviour preference (the unweighted fit with
+    ``behaviour_conditioned``, whatever ``config`` says), returned once per objective acting
+    at the objective's normalised weights."""
     config = dataclasses.replace(
-        DiceConfig() if config is None else config, behaviour_conditioned=False
+        DiceConfig() if config is None else config, behaviour_conditioned=True
     )
     check_dataset(dataset)
     objectives, single = as_list(objectives)
@@ -139,9 +133,7 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
                 f"the dataset's reward vectors have {size} objectives but the utility has "
                 f"{objective.utility.weights.shape[0]} weights"
             )
-    # check_dataset has checked that the preferences are (N, m)
-    preferences = jnp.asarray(normalised_preferences(dataset))
-    data = markov_data(dataset, 0.99, extra=preferences)  # cloning reads no discount
+    data = markov_data(dataset, 0.99)  # cloning reads no discount
     problem = DiceProblem(  # unused by plain cloning beyond its shapes
         rewards=jnp.zeros((data.features.shape[0], 1)), outer=Linear(jnp.ones((1,))),
         offset=jnp.zeros((1,)), scale=jnp.ones(()), initial_weight=jnp.ones(()),
@@ -151,7 +143,7 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
         config, data.actions.shape[-1], data, [problem], key[None], weighted=False
     )
     policies = trained_policies(
-        "bc", "preference", config, data, [result] * len(objectives), dataset.mask.shape[1],
+        "bc", "observation", config, data, [result] * len(objectives), dataset.mask.shape[1],
         normalised_weights(objectives),
     )  # fmt: skip
     return policies[0] if single else policies

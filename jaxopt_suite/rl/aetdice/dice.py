@@ -38,9 +38,10 @@ and FairDICE extract a policy of the state alone). Data from several behaviour p
 the state alone mixes them step by step, which a gait does not survive: on the ``morl``
 suite's halfcheetah data the DICE policies ran slower *and* spent more energy than
 preference-conditioned cloning's. With this option the weighted cloning is also conditioned
-on each episode's behaviour annotation ``b`` (the dataset's ``preferences``),
-``max E_D[w* log pi(a|s, b)]``, and the policy acts at ``b`` = the objective's utility
-weights (normalised), where D4MORL's BC(P) acts too. Why not at the label the optimised
+on each episode's behaviour annotation ``b`` (the dataset's ``preferences`` over their
+sums, standardised like the features), ``max E_D[w* log pi(a|s, b)]``, and the policy acts
+at ``b`` = the objective's utility weights (normalised), where D4MORL's BC(P), the same fit
+with ``w = 1``, acts too. Why not at the label the optimised
 occupancy ``d* = w* d^D`` favours: in a probe on that halfcheetah data the labels' mass
 ``sum_{steps of b} w*`` stayed near each label's share of the data, too flat to choose one
 (acting at the heaviest label did worse than at the utility's weights on ESR Tchebycheff).
@@ -249,23 +250,35 @@ def residual_inputs(data: DiceData, steps: jax.Array) -> jax.Array:
     return jnp.concatenate([features, data.actions[steps]], axis=-1)
 
 
-def policy_inputs(features: jax.Array, data_stats, labels: jax.Array | None) -> jax.Array:
-    """The policy network's input: the standardised features, with the behaviour labels
-    appended as they are when the policy is conditioned on them."""
-    inputs = standardize(features, *data_stats)
-    if labels is None:
-        return inputs
-    labels = jnp.broadcast_to(labels, (*inputs.shape[:-1], labels.shape[-1]))
-    return jnp.concatenate([inputs, labels], axis=-1)
+def policy_statistics(data: DiceData, conditioned: bool) -> tuple[jax.Array, jax.Array]:
+    """The policy input's normalisation ``(mean, std)``: the features', followed, for a
+    policy conditioned on the behaviour labels, by the labels' own (over the same steps)."""
+    if not conditioned:
+        return data.feature_mean, data.feature_std
+    label_mean, label_std = feature_statistics(data.labels)
+    return (
+        jnp.concatenate([data.feature_mean, label_mean]),
+        jnp.concatenate([data.feature_std, label_std]),
+    )
+
+
+def policy_inputs(features: jax.Array, policy_stats, labels: jax.Array | None) -> jax.Array:
+    """The policy network's input: the features, followed by the behaviour labels when the
+    policy is conditioned on them, standardised with ``policy_stats``
+    (:func:`policy_statistics`)."""
+    if labels is not None:
+        labels = jnp.broadcast_to(labels, (*features.shape[:-1], labels.shape[-1]))
+        features = jnp.concatenate([features, labels], axis=-1)
+    return standardize(features, *policy_stats)
 
 
 def policy_loss(
-    policy_apply, policy_params, data: DiceData, steps: jax.Array, weights: jax.Array,
-    conditioned: bool = False,
+    policy_apply, policy_params, data: DiceData, policy_stats, steps: jax.Array,
+    weights: jax.Array, conditioned: bool = False,
 ) -> jax.Array:  # fmt: skip
     """Weighted behaviour cloning: ``-sum w log pi(a|s[, b]) / sum w`` over the batch."""
     labels = data.labels[steps] if conditioned else None
-    features = policy_inputs(data.features[steps], (data.feature_mean, data.feature_std), labels)
+    features = policy_inputs(data.features[steps], policy_stats, labels)
     log_prob = mixture_log_prob(*policy_apply(policy_params, features), data.actions[steps])
     return -jnp.sum(weights * log_prob) / jnp.maximum(jnp.sum(weights), 1e-8)
 
@@ -281,8 +294,9 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     """``fit(data, problem, key) -> DiceResult``: one jitted scan of ``config.iterations``
     Adam steps on ``nu``, ``mu``, the expected-residual network and the policy (concurrently,
     as FairDICE trains ``nu``, ``mu`` and the policy). With ``weighted=False`` the policy is
-    plain behaviour cloning (``w = 1``) and nothing else is trained. ``fit`` is pure, so it
-    ``vmap``s over problems and keys.
+    plain behaviour cloning (``w = 1``; conditioned on the behaviour labels with
+    ``config.behaviour_conditioned``, as BC(P)) and nothing else is trained. ``fit`` is pure,
+    so it ``vmap``s over problems and keys.
 
     The ratio is ``w*(e_phi(s, a) / alpha)`` with ``e_phi`` an estimate of
     ``E[e | s, a] = mu^T E[r | s, a] / sigma + E[gamma_t nu(s') | s, a] - nu(s)``: a
@@ -314,7 +328,7 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     )
     policy_optimizer = optax.adam(config.learning_rate)
 
-    conditioned = config.behaviour_conditioned and weighted
+    conditioned = config.behaviour_conditioned
 
     def fit(data: DiceData, problem: DiceProblem, key: jax.Array) -> DiceResult:
         if conditioned and data.labels is None:
@@ -339,6 +353,7 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
         )
         critic = {"nu": params.nu, "dual": params.dual, "residual": params.residual}
         carry = (params, critic_optimizer.init(critic), policy_optimizer.init(params.policy))
+        policy_stats = policy_statistics(data, conditioned)
         num_steps, num_episodes = data.features.shape[0], data.initial_features.shape[0]
 
         def nu_terms(nu_params, steps):
@@ -385,7 +400,9 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
                 loss = jnp.zeros(())
                 weights = jnp.ones((config.batch_size,))
             pi_loss, pi_grads = jax.value_and_grad(
-                lambda p: policy_loss(policy_net.apply, p, data, steps, weights, conditioned)
+                lambda p: policy_loss(
+                    policy_net.apply, p, data, policy_stats, steps, weights, conditioned
+                )
             )(params.policy)
             pi_updates, policy_state = policy_optimizer.update(pi_grads, policy_state)
             policy = optax.apply_updates(params.policy, pi_updates)
@@ -407,15 +424,15 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
 
 
 def policy_action(
-    config: DiceConfig, action_size: int, policy_params, data_stats, features: jax.Array,
+    config: DiceConfig, action_size: int, policy_params, policy_stats, features: jax.Array,
     key: jax.Array | None = None, label: jax.Array | None = None,
 ) -> jax.Array:  # fmt: skip
-    """The policy's action at ``features`` (normalised with ``data_stats = (mean, std)`` as in
-    training; with ``label``, the behaviour label a conditioned policy acts at), clipped to
+    """The policy's action at ``features`` (with ``label``, the behaviour label a conditioned
+    policy acts at; normalised with ``policy_stats = (mean, std)`` as in training), clipped to
     ``[-1, 1]``: the mean of the mixture's most probable component, or a sample when ``key``
     is given."""
     _, policy_net = _networks(config, action_size)
-    inputs = policy_inputs(features, data_stats, label)
+    inputs = policy_inputs(features, policy_stats, label)
     logits, means, log_stds = policy_net.apply(policy_params, inputs)
     if key is None:
         action = mixture_mode(logits, means)

@@ -7,12 +7,11 @@ from the environment's observation (``features``):
 * ``"observation"``: the observation itself (the Markov baselines);
 * ``"augmented"``: the observation with the accumulated return and the time appended, as
   :class:`envs.AccumulatedReturnWrapper` builds it (AETDICE);
-* ``"timed"``: the observation with the time appended (AETDICE for SER);
-* ``"preference"``: the observation with a preference vector appended (conditioned BC).
+* ``"timed"``: the observation with the time appended (AETDICE for SER).
 
-A DICE policy fitted with ``DiceConfig.behaviour_conditioned`` also takes a behaviour
-preference (:mod:`.dice`) and acts at its ``label``: its objective's normalised utility
-weights.
+A policy fitted with ``DiceConfig.behaviour_conditioned`` (every BC(P) policy, and DICE
+policies that ask for it, :mod:`.dice`) also takes a behaviour preference and acts at its
+``label``: its objective's normalised utility weights.
 """
 
 from __future__ import annotations
@@ -34,10 +33,11 @@ from jaxopt_suite.rl.aetdice.dice import (
     feature_statistics,
     make_fit,
     policy_action,
+    policy_statistics,
 )
 from jaxopt_suite.rl.aetdice.utilities import AET
 
-FEATURES = ("observation", "augmented", "timed", "preference")
+FEATURES = ("observation", "augmented", "timed")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -51,11 +51,11 @@ class TrainedPolicy:
       config: the training settings (the network sizes are read from it).
       action_size: the environment's action size.
       params: the policy network's parameters.
-      feature_mean, feature_std: the input normalisation, ``(F,)``.
+      feature_mean, feature_std: the policy input's normalisation, ``(F,)``, or ``(F + m,)``
+        with the label's (:func:`.dice.policy_statistics`).
       horizon: the episode length the time feature is normalised by.
-      preference: ``(m,)``, the preference a ``"preference"`` policy is conditioned on.
       metrics: the training metrics, per iteration.
-      label: ``(m,)``, the behaviour preference a behaviour-conditioned DICE policy acts at.
+      label: ``(m,)``, the behaviour preference a behaviour-conditioned policy acts at.
     """
 
     method: str
@@ -66,15 +66,12 @@ class TrainedPolicy:
     feature_mean: jax.Array
     feature_std: jax.Array
     horizon: int
-    preference: jax.Array | None = None
     metrics: dict | None = None
     label: jax.Array | None = None
 
     def __post_init__(self):
         if self.features not in FEATURES:
             raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
-        if (self.features == "preference") != (self.preference is not None):
-            raise ValueError("a preference is given exactly for features='preference'")
         if (self.label is not None) != self.config.behaviour_conditioned:
             raise ValueError("a label is given exactly for a behaviour-conditioned policy")
 
@@ -162,12 +159,12 @@ def as_list(objectives) -> tuple[list, bool]:
 
 def trained_policies(
     method: str, features: str, config: DiceConfig, data: DiceData, results, horizon: int,
-    preferences=None, labels=None,
+    labels=None,
 ) -> list[TrainedPolicy]:  # fmt: skip
-    """One :class:`TrainedPolicy` per training result (with its preference, if given; with
-    its behaviour label, if fitted behaviour-conditioned)."""
-    preferences = [None] * len(results) if preferences is None else preferences
+    """One :class:`TrainedPolicy` per training result (with its behaviour label, if fitted
+    behaviour-conditioned)."""
     labels = [None] * len(results) if labels is None else labels
+    mean, std = policy_statistics(data, config.behaviour_conditioned)
     return [
         TrainedPolicy(
             method=method,
@@ -175,20 +172,19 @@ def trained_policies(
             config=config,
             action_size=data.actions.shape[-1],
             params=result.params.policy,
-            feature_mean=data.feature_mean,
-            feature_std=data.feature_std,
+            feature_mean=mean,
+            feature_std=std,
             horizon=horizon,
-            preference=preference,
             metrics=result.metrics,
             label=label,
         )  # fmt: skip
-        for result, preference, label in zip(results, preferences, labels, strict=True)
+        for result, label in zip(results, labels, strict=True)
     ]
 
 
 def normalised_weights(objectives: Sequence[AET]) -> list[jax.Array]:
-    """Each objective's utility weights over their sum: the preference BC(P) and a
-    behaviour-conditioned DICE policy act at."""
+    """Each objective's utility weights over their sum: the label a behaviour-conditioned
+    policy (BC(P), or a DICE policy) acts at."""
     return [o.utility.weights / jnp.sum(o.utility.weights) for o in objectives]
 
 
@@ -236,8 +232,7 @@ def fit_problems(
     jax.jit, static_argnames=("env", "policy_static", "episodes", "horizon", "deterministic")
 )
 def _rollout(
-    env, policy_static, params, mean, std, preference, label, key, *, episodes, horizon,
-    deterministic,
+    env, policy_static, params, mean, std, label, key, *, episodes, horizon, deterministic,
 ):  # fmt: skip
     features, config, action_size = policy_static
     k_reset, k_steps = jax.random.split(key)
@@ -247,9 +242,7 @@ def _rollout(
     def step(carry, key):
         state, alive, total = carry
         obs = state.obs
-        if features == "preference":
-            obs = jnp.concatenate([obs, jnp.broadcast_to(preference, (episodes, size))], -1)
-        elif features == "timed":  # the wrapper's (s, x, t) without x
+        if features == "timed":  # the wrapper's (s, x, t) without x
             obs = jnp.concatenate([obs[:, : -size - 1], obs[:, -1:]], -1)
         key = None if deterministic else key
         action = policy_action(config, action_size, params, (mean, std), obs, key, label)
@@ -283,11 +276,10 @@ def rollout_returns(
     horizon = policy.horizon if horizon is None else int(horizon)
     if policy.features in ("augmented", "timed"):
         env = _augmented(env, policy.horizon)
-    preference = policy.preference if policy.preference is not None else jnp.zeros(())
     static = (policy.features, policy.config, policy.action_size)
     return _rollout(
-        env, static, policy.params, policy.feature_mean, policy.feature_std, preference,
-        policy.label, key, episodes=episodes, horizon=horizon, deterministic=deterministic,
+        env, static, policy.params, policy.feature_mean, policy.feature_std, policy.label, key,
+        episodes=episodes, horizon=horizon, deterministic=deterministic,
     )  # fmt: skip
 
 
