@@ -41,10 +41,10 @@ preference-conditioned cloning's. With this option the weighted cloning is also 
 on each episode's behaviour annotation ``b`` (the dataset's ``preferences`` over their
 sums, standardised like the features), ``max E_D[w* log pi(a|s, b)]``, and the policy acts
 at ``b`` = the objective's utility weights (normalised), where D4MORL's BC(P), the same fit
-with ``w = 1``, acts too. Why not at the label the optimised
-occupancy ``d* = w* d^D`` favours: in a probe on that halfcheetah data the labels' mass
-``sum_{steps of b} w*`` stayed near each label's share of the data, too flat to choose one
-(acting at the heaviest label did worse than at the utility's weights on ESR Tchebycheff).
+with ``w = 1``, acts too. Why not at the label the optimised occupancy ``d* = w* d^D``
+favours: in a probe on that halfcheetah data the labels' mass ``sum_{steps of b} w*``
+stayed near each label's share of the data, too flat to choose one (acting at the heaviest
+label did worse than at the utility's weights on ESR Tchebycheff).
 """
 
 from __future__ import annotations
