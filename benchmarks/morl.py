@@ -34,10 +34,11 @@ Each policy's value comes from :func:`jaxopt_suite.rl.aetdice.evaluate` (online 
 sampled or deterministic actions, chosen on one batch, measured on a fresh one). Every method
 is trained with ``SEEDS`` keys, and its score is the mean over those keys and the preferences,
 each key's policies scored on the same evaluation keys: one training key's score moves by about
-as much as the methods differ (hopper, run at d15fa0b: a std of 0.008 from key to key on the
-linear utility, against gaps of 0.01-0.03 between the methods), so a single key's ranking is
-mostly the draw of its keys. ``se`` is the standard error over the keys' scores (training and
-evaluation noise), ``se_evaluation`` that of the evaluation alone (a bootstrap over episodes).
+as much as the methods differ, so a single key's ranking is mostly the draw of its keys
+(hopper, run at a3d3515, Nash SER: SER-DICE's three keys scored 0.199, 0.231 and 0.253, while
+the four methods' means lie between 0.218 and 0.239). ``se`` is the standard error over the
+keys' scores (training and evaluation noise), ``se_evaluation`` that of the evaluation alone
+(a bootstrap over episodes).
 Hypervolume and sparsity are those of each key's expected returns across the preferences,
 averaged over the keys.
 
@@ -310,8 +311,8 @@ def _method_entry(score, seeded, objectives, keys, reference) -> dict:
 def _linear_match(data, objectives, key, config, gamma, score, entry, keys) -> dict:
     """AETDICE's and OptiDICE's linear-utility scores over ``LINEAR_SEEDS`` training keys
     (the table's ``SEEDS``, ``entry``, and seeds ``SEEDS, ..., LINEAR_SEEDS - 1``), each
-    scored on the table's evaluation ``keys``, and
-    ``|mean difference| / SE`` over them (module docstring)."""
+    scored on the table's evaluation ``keys``, and ``|mean difference| / SE`` over them
+    (module docstring)."""
     scores = {method: list(entry[method]["seed_scores"]) for method in ("aetdice", "optidice")}
     extra = range(SEEDS, LINEAR_SEEDS)
     more = {
