@@ -33,7 +33,6 @@ from jaxopt_suite.rl.aetdice.dice import DiceConfig, DiceData, DiceProblem
 from jaxopt_suite.rl.aetdice.policy import (
     TrainedPolicy,
     as_list,
-    behaviour_labels,
     check_dataset,
     dice_data,
     fit_problems,
@@ -112,7 +111,6 @@ def train_aetdice(
     results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
     features = "augmented" if with_return else "timed"
     policies = trained_policies(
-        "aetdice", features, config, data, results, dataset.mask.shape[1],
-        labels=behaviour_labels(config, objectives),
-    )  # fmt: skip
+        "aetdice", features, config, data, results, dataset.mask.shape[1], objectives
+    )
     return policies[0] if single else policies

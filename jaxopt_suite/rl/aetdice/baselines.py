@@ -26,12 +26,10 @@ import numpy as np
 from jaxopt_suite.rl.aetdice.dice import DiceConfig, DiceData, DiceProblem
 from jaxopt_suite.rl.aetdice.policy import (
     as_list,
-    behaviour_labels,
     check_dataset,
     dice_data,
     fit_problems,
     flatten_steps,
-    normalised_weights,
     reward_scale,
     step_rows,
     trained_policies,
@@ -87,9 +85,8 @@ def _train_discounted(method, dataset, objectives, key, config, discount):
     keys = jax.random.split(key, len(problems))
     results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
     return trained_policies(
-        method, "observation", config, data, results, dataset.mask.shape[1],
-        labels=behaviour_labels(config, objectives),
-    )  # fmt: skip
+        method, "observation", config, data, results, dataset.mask.shape[1], objectives
+    )
 
 
 def train_optidice(
@@ -144,6 +141,6 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     )
     policies = trained_policies(
         "bc", "observation", config, data, [result] * len(objectives), dataset.mask.shape[1],
-        normalised_weights(objectives),
+        objectives,
     )  # fmt: skip
     return policies[0] if single else policies

@@ -159,11 +159,14 @@ def as_list(objectives) -> tuple[list, bool]:
 
 def trained_policies(
     method: str, features: str, config: DiceConfig, data: DiceData, results, horizon: int,
-    labels=None,
+    objectives: Sequence[AET],
 ) -> list[TrainedPolicy]:  # fmt: skip
-    """One :class:`TrainedPolicy` per training result (with its behaviour label, if fitted
-    behaviour-conditioned)."""
-    labels = [None] * len(results) if labels is None else labels
+    """One :class:`TrainedPolicy` per training result and its objective; a policy fitted
+    behaviour-conditioned acts at the objective's utility weights over their sum."""
+    if config.behaviour_conditioned:
+        labels = [o.utility.weights / jnp.sum(o.utility.weights) for o in objectives]
+    else:
+        labels = [None] * len(objectives)
     mean, std = policy_statistics(data, config.behaviour_conditioned)
     return [
         TrainedPolicy(
@@ -180,18 +183,6 @@ def trained_policies(
         )  # fmt: skip
         for result, label in zip(results, labels, strict=True)
     ]
-
-
-def normalised_weights(objectives: Sequence[AET]) -> list[jax.Array]:
-    """Each objective's utility weights over their sum: the label a behaviour-conditioned
-    policy (BC(P), or a DICE policy) acts at."""
-    return [o.utility.weights / jnp.sum(o.utility.weights) for o in objectives]
-
-
-def behaviour_labels(config: DiceConfig, objectives: Sequence[AET]) -> list | None:
-    """The label each objective's behaviour-conditioned policy acts at
-    (:func:`normalised_weights`); ``None`` unless ``config.behaviour_conditioned``."""
-    return normalised_weights(objectives) if config.behaviour_conditioned else None
 
 
 def reward_scale(rewards: jax.Array, direction: jax.Array) -> jax.Array:
