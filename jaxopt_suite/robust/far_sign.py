@@ -33,7 +33,11 @@ sum_k s_k u_k``: a stochastic subgradient step on ``E |<g - y, u>|``, whose mini
 noise symmetric about the gradient that is ``<grad f, u>``, so the signs' bias is gone; a
 Byzantine fraction ``b < 1/2`` can only shift the median to the ``(1 - 2b) / (2 - 2b)``
 quantile of the honest projections, and one message moves ``y`` by at most
-``beta_t sqrt(K)``.
+``beta_t sqrt(K)``. A weak point: Byzantine workers that all answer for one point inside
+that reach (ALIE's ``mean - z std``) pull the median all the way to it along every
+direction (a mean moves by the fraction ``b`` of the offset), so every step carries the
+whole offset and the parameters drift along it; the last iterate then oscillates, and an
+average of the iterates is the steadier output (the ``robust`` suite reports both).
 
 Slow timescale. After the fast step the server moves ``x`` along the message's own
 directions, by the tracked values there:
