@@ -194,8 +194,9 @@ class _Runner:
         )
 
     def repeated(self, row: dict, method, *args, **kwargs) -> dict:
-        """``row`` (``method(*args, **kwargs)`` with key 1) with ``final_accuracy_seeds``:
-        its final accuracy and those of the same run with the keys ``2 .. seeds``."""
+        """``row`` (``method(*args, **kwargs)`` with key 1) with ``final_accuracy_seeds``
+        and ``tail_accuracy_seeds``: its final and iterate-average accuracies and those of
+        the same run with the keys ``2 .. seeds``."""
         others = [method(*args, seed=seed, **kwargs) for seed in range(2, self.seeds + 1)]
         for name in ("final_accuracy", "tail_accuracy"):
             row[f"{name}_seeds"] = [row[name]] + [other[name] for other in others]
