@@ -546,37 +546,49 @@ def _alie_geometry(runner, rate, samples: int = GEOMETRY_SAMPLES) -> dict:
     }
 
 
+def _against_best(metric: str, ours: dict, group: dict, label: str, score) -> SummaryRow:
+    """FAR-SIGN's row ``ours`` against the best aggregator of ``group``, both by ``score``
+    (:func:`_mean_final` or :func:`_mean_tail`), the anchor named with ``label``."""
+    best = max((n for n in AGGREGATORS if n in group), key=lambda n: score(group[n]))
+    return SummaryRow(
+        "far_sign",
+        metric,
+        100 * score(ours),
+        f"best aggregator, {label} ({best})",
+        100 * score(group[best]),
+    )
+
+
+def _against_async(clean: dict, label: str, keys: str, score) -> SummaryRow:
+    """FAR-SIGN against asynchronous SGD without Byzantine workers (``clean``), by
+    ``score``."""
+    return SummaryRow(
+        "far_sign",
+        f"test accuracy %, no Byzantine, {label}, {keys}",
+        100 * score(clean["far_sign"]),
+        f"async SGD, {label}",
+        100 * score(clean["async_sgd"]),
+    )
+
+
 def _variant_rows(variant: dict | None, label: str, keys) -> list[SummaryRow]:
     """The rows of a :func:`_variant` section (``label``: what it changed): FAR-SIGN against
     the best aggregator at equal gradients under each target attack, and against
     asynchronous SGD without Byzantine workers."""
     if variant is None:
         return []
-    rows = []
-    for cell_name, cell in variant.items():
-        if cell_name.split(" ")[-1] not in TARGET_ATTACKS:  # "30% alie", "30% sign_flip"
-            continue
-        best = max((n for n in AGGREGATORS if n in cell), key=lambda n: _mean_final(cell[n]))
-        rows.append(
-            SummaryRow(
-                "far_sign",
-                f"test accuracy %, {cell_name}, {label}, equal gradients, {keys}",
-                100 * _mean_final(cell["far_sign"]),
-                f"best aggregator, {label} ({best})",
-                100 * _mean_final(cell[best]),
-            )
+    rows = [
+        _against_best(
+            f"test accuracy %, {cell_name}, {label}, equal gradients, {keys}",
+            cell["far_sign"],
+            cell,
+            label,
+            _mean_final,
         )
-    clean = variant["0% none"]
-    rows.append(
-        SummaryRow(
-            "far_sign",
-            f"test accuracy %, no Byzantine, {label}, {keys}",
-            100 * _mean_final(clean["far_sign"]),
-            f"async SGD, {label}",
-            100 * _mean_final(clean["async_sgd"]),
-        )
-    )
-    return rows
+        for cell_name, cell in variant.items()
+        if cell_name.split(" ")[-1] in TARGET_ATTACKS  # "30% alie", "30% sign_flip"
+    ]
+    return rows + [_against_async(variant["0% none"], label, keys, _mean_final)]
 
 
 def _tail_rows(results, top, target_attacks, keys) -> list[SummaryRow]:
@@ -589,27 +601,9 @@ def _tail_rows(results, top, target_attacks, keys) -> list[SummaryRow]:
         cell = results[top][attack]
         eq = results["equal_gradients"][f"{top} {attack}"]
         for budget, group in (("time", cell), ("gradients", eq)):
-            best = max((n for n in AGGREGATORS if n in group), key=lambda n: _mean_tail(group[n]))
-            rows.append(
-                SummaryRow(
-                    "far_sign",
-                    f"test accuracy %, {top} {attack}, equal {budget}, {label}, {keys}",
-                    100 * _mean_tail(cell["far_sign"]),
-                    f"best aggregator, {label} ({best})",
-                    100 * _mean_tail(group[best]),
-                )
-            )
-    clean = results["0%"]["none"]
-    rows.append(
-        SummaryRow(
-            "far_sign",
-            f"test accuracy %, no Byzantine, {label}, {keys}",
-            100 * _mean_tail(clean["far_sign"]),
-            f"async SGD, {label}",
-            100 * _mean_tail(clean["async_sgd"]),
-        )
-    )
-    return rows
+            metric = f"test accuracy %, {top} {attack}, equal {budget}, {label}, {keys}"
+            rows.append(_against_best(metric, cell["far_sign"], group, label, _mean_tail))
+    return rows + [_against_async(results["0%"]["none"], label, keys, _mean_tail)]
 
 
 def _summarise(runner, results, fractions, attacks, quick, out_dir) -> SuiteResult:
