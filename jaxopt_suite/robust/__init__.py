@@ -2,8 +2,8 @@
 
 * :mod:`.far_sign`: FAR-SIGN, one-bit signed projections on server-designed directions
   with a two-timescale bias correction (first and zeroth order; the update rules are a
-  reconstruction, documented there), and :func:`scale_by_far_sign` for the synchronous
-  case;
+  reconstruction, documented there), an optional server-side screen of the workers, and
+  :func:`scale_by_far_sign` for the synchronous case;
 * :mod:`.aggregators`: mean, coordinate median, trimmed mean, Krum / Multi-Krum,
   geometric median, centered clipping, signSGD majority vote;
 * :mod:`.attacks`: sign flip, Gaussian noise, label flip, ALIE, IPM, and a
@@ -28,6 +28,7 @@ from jaxopt_suite.robust.attacks import ATTACKS, Attack, alie_z, make_attack
 from jaxopt_suite.robust.far_sign import (
     Directions,
     FarSignState,
+    Screen,
     ServerState,
     default_schedules,
     directions,
@@ -46,6 +47,7 @@ __all__ = [
     "Attack",
     "Directions",
     "FarSignState",
+    "Screen",
     "ServerState",
     "alie_z",
     "centered_clipping",

@@ -50,6 +50,28 @@ in the units of an SGD step; ``K = P`` gives ``x <- x - alpha_t y``). It moves `
 where ``y`` was just refreshed. ``alpha_t / beta_t -> 0`` (defaults: ``beta_t = beta /
 (1 + t / t0)^0.55``, ``alpha_t = alpha / (1 + t / t0)^0.75``; ``sum alpha = sum beta =
 inf``, ``sum beta^2 < inf``), so ``y`` sees a quasi-static ``x``.
+
+Screen (optional; an addition of this reconstruction, not from the abstract). The server
+keeps each worker's pull ``p_i``, the sum of its messages' lifted bits ``sum_k s_k u_k``,
+and their count ``c_i``. Every ``n`` messages (``n`` workers) it scores each worker by
+
+.. math::
+  T_i = c_i \\, \\lVert p_i / c_i - \\operatorname{med}_j (p_j / c_j) \\rVert^2
+
+(``med``: the coordinatewise median over workers) and, until the next refresh, applies
+the fast step only for admitted workers: an admitted worker stays admitted while ``T_i <=
+kappa median_j T_j``, an excluded one is readmitted once ``T_i <= median_j T_j``. The slow
+step is taken for every message. Bits that are fair coins around a shared mean give
+``T_i`` about ``K`` whatever ``c_i``; a worker whose bits keep a bias ``b`` that the
+others do not share adds ``c_i |b|^2``, which grows with every message. The attacks that
+move the tracker need such a bias: ALIE's workers all answer for one point inside the
+honest spread, and sign flippers answer against the honest mean while the tracker is off.
+Honest workers' data shards give them small biases of their own, hence a threshold
+relative to the median score. Excluded workers are still recorded; the lower bar for
+readmission keeps a worker whose bias returns whenever it is readmitted (a sign flipper:
+its answers oppose the honest mean only once the tracker has moved) from hovering at the
+threshold. The price: the fast steps of excluded honest workers are lost. Needs fewer than
+half of the workers Byzantine (the medians).
 """
 
 from __future__ import annotations
@@ -175,16 +197,64 @@ def default_schedules(alpha: float, beta: float, t0: float = 1000.0) -> tuple[Sc
     return alpha_t, beta_t
 
 
+class Screen(NamedTuple):
+    """The screen's record of each worker (see the module docstring)."""
+
+    pulls: jax.Array  # (n, P): the sum of the worker's lifted bits
+    counts: jax.Array  # (n,) float32: its messages
+    admitted: jax.Array  # (n,) bool: its fast steps are applied (until the next refresh)
+
+
 class ServerState(NamedTuple):
-    """The server's state: the tracker ``y (P,)`` and the count ``t`` of messages applied."""
+    """The server's state: the tracker ``y (P,)``, the count ``t`` of messages applied and,
+    when the server screens its ``n`` workers, their :class:`Screen` (else ``None``)."""
 
     tracker: jax.Array
     count: jax.Array  # () int32
+    screen: Screen | None = None
 
 
-def server_init(params: Any) -> ServerState:
+def server_init(params: Any, num_workers: int | None = None) -> ServerState:
+    """The initial state; ``num_workers`` (``n``) sets up the screen of the module
+    docstring, used by :func:`server_step` when it is given ``worker`` and ``screen``."""
     flat, _ = ravel_pytree(params)
-    return ServerState(jnp.zeros(padded_dim(flat.shape[0]), jnp.float32), jnp.zeros((), jnp.int32))
+    P = padded_dim(flat.shape[0])
+    screen = None
+    if num_workers is not None:
+        n = check_integer("num_workers", num_workers, 1)
+        screen = Screen(
+            jnp.zeros((n, P), jnp.float32), jnp.zeros(n, jnp.float32), jnp.ones(n, bool)
+        )
+    return ServerState(jnp.zeros(P, jnp.float32), jnp.zeros((), jnp.int32), screen)
+
+
+def check_screen(screen) -> float:
+    """``screen`` (the threshold ``kappa``) as a float above 1, else a ValueError."""
+    value = float(screen)
+    if not value > 1.0:  # also NaN
+        raise ValueError(
+            f"screen (kappa, the threshold on a worker's score over the median score) must "
+            f"be > 1 (at most half the workers could be excluded otherwise), got {screen!r}"
+        )
+    return value
+
+
+def screen_scores(screen: Screen) -> jax.Array:
+    """``T_i = c_i |p_i / c_i - med_j (p_j / c_j)|^2`` for every worker (``0`` for one
+    that has not sent)."""
+    c = jnp.maximum(screen.counts, 1.0)
+    means = screen.pulls / c[:, None]
+    reference = jnp.median(means, axis=0, keepdims=True)
+    return c * jnp.sum((means - reference) ** 2, axis=1)
+
+
+def refresh_screen(screen: Screen, kappa) -> Screen:
+    """Keeps the admitted workers with ``T_i <= kappa median_j T_j`` and readmits the
+    excluded ones with ``T_i <= median_j T_j``."""
+    scores = screen_scores(screen)
+    median = jnp.median(scores)
+    bar = jnp.where(screen.admitted, kappa * median, median)
+    return screen._replace(admitted=scores <= bar)
 
 
 def residual(state: ServerState, d: Directions) -> jax.Array:
@@ -195,15 +265,53 @@ def residual(state: ServerState, d: Directions) -> jax.Array:
 def track(state: ServerState, d: Directions, bits: jax.Array, beta: jax.Array) -> ServerState:
     """The fast step on arrival of ``bits`` for directions ``d``: ``y += beta sum_k s_k u_k``."""
     tracker = state.tracker + beta * lift(bits.astype(jnp.float32), d)
-    return ServerState(tracker, state.count + 1)
+    return state._replace(tracker=tracker, count=state.count + 1)
+
+
+def screened_track(
+    state: ServerState, d: Directions, bits: jax.Array, beta, worker, kappa
+) -> ServerState:
+    """The fast step behind the screen: records ``worker``'s bits, refreshes the screen
+    every ``n`` messages, and applies the step only if the worker is admitted."""
+    screen = state.screen
+    lifted = lift(bits.astype(jnp.float32), d)
+    screen = screen._replace(
+        pulls=screen.pulls.at[worker].add(lifted), counts=screen.counts.at[worker].add(1.0)
+    )
+    screen = jax.lax.cond(
+        state.count % screen.counts.shape[0] == 0,
+        lambda s: refresh_screen(s, kappa),
+        lambda s: s,
+        screen,
+    )
+    tracker = state.tracker + jnp.where(screen.admitted[worker], beta, 0.0) * lifted
+    return ServerState(tracker, state.count + 1, screen)
 
 
 def server_step(
-    params: Any, state: ServerState, d: Directions, bits: jax.Array, alpha, beta
+    params: Any,
+    state: ServerState,
+    d: Directions,
+    bits: jax.Array,
+    alpha,
+    beta,
+    worker=None,
+    screen: float | None = None,
 ) -> tuple[Any, ServerState]:
     """One arrival: the fast step, then the slow one along the message's directions (see
-    the module docstring)."""
-    state = track(state, d, bits, beta)
+    the module docstring). With ``screen`` (the threshold ``kappa > 1``) the fast step is
+    behind the screen, which needs a state from ``server_init(params, num_workers)`` and
+    the sender's index ``worker``."""
+    if screen is None:
+        state = track(state, d, bits, beta)
+    else:
+        kappa = check_screen(screen)
+        if state.screen is None or worker is None:
+            raise ValueError(
+                "screen needs a state from server_init(params, num_workers) and the "
+                "sender's index worker"
+            )
+        state = screened_track(state, d, bits, beta, worker, kappa)
     flat, unravel = ravel_pytree(params)
     flat = flat - (alpha * subspace_step(state.tracker, d))[: flat.shape[0]].astype(flat.dtype)
     return unravel(flat), state
@@ -223,7 +331,11 @@ class FarSignState(NamedTuple):
 
 
 def scale_by_far_sign(
-    key, num_directions: int, beta: float | Schedule = 0.01
+    key,
+    num_directions: int,
+    beta: float | Schedule = 0.01,
+    screen: float | None = None,
+    num_workers: int | None = None,
 ) -> optax.GradientTransformation:
     """FAR-SIGN for the synchronous case, as an optax transform.
 
@@ -237,9 +349,17 @@ def scale_by_far_sign(
     ``optax.chain(scale_by_far_sign(key, K), optax.sgd(alpha))``
 
     is the slow step once per round.
+
+    ``screen`` (the threshold ``kappa > 1``) puts the fast steps behind the screen of the
+    module docstring; it needs ``num_workers``, and the workers' index on the stacked axis
+    is the one the screen records them under.
     """
     check_key(key)
     K = check_integer("num_directions", num_directions, 1)
+    kappa = None if screen is None else check_screen(screen)
+    if kappa is not None and num_workers is None:
+        raise ValueError("screen needs num_workers (the length of the stacked worker axis)")
+    n = None if kappa is None else check_integer("num_workers", num_workers, 1)
     beta_t = beta if callable(beta) else (lambda t: jnp.asarray(beta, jnp.float32))
 
     def init(params):
@@ -249,20 +369,26 @@ def scale_by_far_sign(
                 f"num_directions must be <= {padded_dim(flat.shape[0])} for "
                 f"{flat.shape[0]} parameters, got {K}"
             )
-        return FarSignState(server_init(params), key)
+        return FarSignState(server_init(params, n), key)
 
     def update(updates, state, params=None):
         if params is None:
             raise ValueError("scale_by_far_sign needs params (update(updates, state, params))")
         check_stacked(updates, params)
         G, unravel = stack(updates)
+        if n is not None and G.shape[0] != n:
+            raise ValueError(f"updates must stack num_workers={n} gradients, got {G.shape[0]}")
 
-        def message(server, g):
+        def message(server, worker_g):
+            worker, g = worker_g
             d = directions(state.key, server.count, G.shape[1], K)
             bits = worker_bits(g, d, residual(server, d))
-            return track(server, d, bits, beta_t(server.count)), d
+            if kappa is None:
+                return track(server, d, bits, beta_t(server.count)), d
+            return screened_track(server, d, bits, beta_t(server.count), worker, kappa), d
 
-        server, used = jax.lax.scan(message, state.server, G)
+        workers = jnp.arange(G.shape[0], dtype=jnp.int32)
+        server, used = jax.lax.scan(message, state.server, (workers, G))
 
         # the round's subspace step: the mean of the messages' (P / K) projections
         steps = jax.vmap(

@@ -183,6 +183,7 @@ def run_async(
     num_classes: int | None = None,
     parallel_events: int | None = None,
     worker_momentum: float = 0.0,
+    screen: float | None = None,
 ) -> Trace:
     """Simulates ``events`` message arrivals of ``protocol`` (see the module docstring).
 
@@ -197,6 +198,10 @@ def run_async(
     sends ``m`` in place of ``g``; the omniscient attacks then craft from the honest
     workers' momenta as they were when the Byzantine worker started its message (see the
     module docstring).
+
+    ``screen`` (FAR-SIGN; the threshold ``kappa > 1``): the server screens its workers
+    (:mod:`.far_sign`'s module docstring), applying a worker's fast steps only while its
+    bits' score stays within ``kappa`` times the median score.
 
     ``parallel_events`` (default: the number of local devices) is how many in-flight
     messages are computed at once (see the module docstring); the trace does not depend on
@@ -226,9 +231,13 @@ def run_async(
     mu = _momentum(worker_momentum)
     if mu and protocol == "far_sign_zo":
         raise ValueError("worker_momentum needs gradients: not available with far_sign_zo")
+    if screen is not None:
+        if protocol == "sgd":
+            raise ValueError("screen applies to the far_sign protocols only")
+        screen = fs.check_screen(screen)
     fn = _run_async_jit(
         loss_fn, _layout(params), cluster, protocol, attack, events, record_every, K, bits,
-        float(smoothing), num_classes, int(parallel_events), mu,
+        float(smoothing), num_classes, int(parallel_events), mu, screen,
     )  # fmt: skip
     out = fn(flat0, x, y, key, steps["alpha"], steps["beta"], steps["learning_rate"])
     return Trace(*out, bits_per_message=bits)
@@ -349,7 +358,7 @@ def _slot_sharding(width: int):
 @functools.lru_cache(maxsize=16)
 def _run_async_jit(
     loss_fn, layout, cluster, protocol, attack, events, record_every, K, bits, smoothing,
-    num_classes, width, mu,
+    num_classes, width, mu, screen,
 ):  # fmt: skip
     """The compiled event loop; cached on what it depends on (the step sizes are
     arguments), so repeated runs compile once. The cache keeps ``loss_fn`` (and what it
@@ -382,7 +391,7 @@ def _run_async_jit(
         D = flat0.shape[0]
         k_dirs, k_init, k_delay, k_events = jax.random.split(key, 4)
         plan = _schedule(cluster, upload, events, k_init, k_delay)
-        server = fs.server_init(unravel(flat0))
+        server = fs.server_init(unravel(flat0), None if screen is None else n)
 
         def dirs(message_id):
             return fs.directions(k_dirs, message_id, D, K)
@@ -477,8 +486,9 @@ def _run_async_jit(
                 i = plan.worker[e]
                 if is_far_sign:
                     flat, server = fs.server_step(
-                        flat, server, dirs(plan.message_id[e]), messages[j], alphas[e], betas[e]
-                    )
+                        flat, server, dirs(plan.message_id[e]), messages[j], alphas[e], betas[e],
+                        worker=i, screen=screen,
+                    )  # fmt: skip
                 else:
                     flat = flat - lrs[e] * messages[j]
                 # the worker starts its next message on the current parameters

@@ -98,10 +98,11 @@ def test_converges_to_the_predicted_neighbourhood_with_30_percent_byzantine(key,
     assert error < 0.05 * start
 
 
-def _track_only(key, offset, messages=60_000, dim=16, K=4, n=10, byzantine=3):
+def _track_only(key, offset, messages=60_000, dim=16, K=4, n=10, byzantine=3, screen=None):
     """The tracker alone (``x`` fixed) fed honest gradients ``m + N(0, I)`` and, from
-    ``byzantine`` of every ``n`` messages, the bits of the point ``b = m - offset 1``;
-    returns ``(y, m, b)``."""
+    ``byzantine`` of every ``n`` messages (round robin), the bits of the point ``b = m -
+    offset 1``; returns ``(y, m, b)``, or with ``screen`` (``kappa``) the fast step behind
+    the screen and ``(y, m, b, final server state)``."""
     m = jax.random.normal(jax.random.key(5), (dim,))
     b = m - offset * jnp.ones(dim)
     _, beta_t = fs.default_schedules(alpha=0.0, beta=0.05, t0=2000.0)
@@ -111,10 +112,15 @@ def _track_only(key, offset, messages=60_000, dim=16, K=4, n=10, byzantine=3):
         r = fs.residual(server, d)
         g = m + jax.random.normal(jax.random.fold_in(jax.random.key(9), t), (dim,))
         bits = jnp.where(t % n < byzantine, fs.worker_bits(b, d, r), fs.worker_bits(g, d, r))
-        return fs.track(server, d, bits, beta_t(t)), None
+        if screen is None:
+            return fs.track(server, d, bits, beta_t(t)), None
+        return fs.screened_track(server, d, bits, beta_t(t), t % n, screen), None
 
     run = jax.jit(lambda s: jax.lax.scan(step, s, jnp.arange(messages))[0])
-    return run(fs.server_init(jnp.zeros(dim))).tracker[:dim], m, b
+    server = run(fs.server_init(jnp.zeros(dim), None if screen is None else n))
+    if screen is None:
+        return server.tracker[:dim], m, b
+    return server.tracker[:dim], m, b, server
 
 
 def test_a_byzantine_point_inside_the_honest_spread_pulls_the_tracker_all_the_way(key):
@@ -164,3 +170,98 @@ def test_a_direction_built_entrywise_is_the_lifted_unit_vector(key):
     for k in range(6):
         lifted = fs.lift(jnp.zeros(6).at[k].set(1.0), d)
         np.testing.assert_allclose(fs.direction(d, d.rows[k], 20), lifted[:20], atol=1e-7)
+
+
+def test_screen_scores_and_bars_match_a_numpy_reference(key):
+    n, P = 7, 16
+    pulls = jax.random.normal(key, (n, P)) * 3.0
+    counts = jnp.array([5.0, 0.0, 12.0, 3.0, 8.0, 20.0, 1.0])
+    screen = fs.Screen(pulls, counts, jnp.array([True, True, False, False, True, True, False]))
+    c = np.maximum(np.asarray(counts, np.float64), 1.0)
+    means = np.asarray(pulls, np.float64) / c[:, None]
+    expected = c * ((means - np.median(means, axis=0)) ** 2).sum(axis=1)
+    scores = fs.screen_scores(screen)
+    np.testing.assert_allclose(scores, expected, rtol=1e-5)
+    # admitted workers keep their place up to kappa x the median score, excluded ones
+    # come back at the median
+    kappa, median = 1.5, np.median(expected)
+    bar = np.where(np.asarray(screen.admitted), kappa * median, median)
+    refreshed = jax.jit(fs.refresh_screen)(screen, kappa)
+    np.testing.assert_array_equal(refreshed.admitted, expected <= bar)
+    # the example exercises both bars on both sides
+    between = (expected > median) & (expected <= kappa * median)
+    assert between.any() and (expected > kappa * median).any()
+
+
+def test_the_screen_shuts_out_a_point_inside_the_honest_spread(key):
+    # The set-up that pulls an unscreened tracker all the way to b (the test above): behind
+    # the screen the 3 Byzantine workers end excluded, and the tracker is back at the
+    # honest mean within the tracker's own noise (a run with honest workers only; the
+    # screen may leave out an honest worker or two near its bar: 64 dimensions give the
+    # honest scores a spread of about +-20%).
+    dim, K = 64, 8
+    y, m, b, server = _track_only(key, 0.14, dim=dim, K=K, screen=1.2)
+    y_open, _, _ = _track_only(key, 0.14, dim=dim, K=K)
+    y_clean, _, _ = _track_only(key, 0.0, dim=dim, K=K, byzantine=0)
+    noise = float(jnp.linalg.norm(y_clean - m))
+    # keys 0-4: unscreened 1.75-2.56 times the noise, screened 0.83-1.09 times
+    assert float(jnp.linalg.norm(y_open - m)) > 1.5 * noise  # the attack works unscreened
+    assert float(jnp.linalg.norm(y - m)) <= 1.25 * noise
+    admitted = np.asarray(server.screen.admitted)
+    assert not admitted[:3].any() and admitted[3:].sum() >= 5
+    np.testing.assert_array_equal(server.screen.counts, np.full(10, 6000.0))
+    scores = np.asarray(fs.screen_scores(server.screen))
+    assert scores[:3].min() > 3.0 * scores[3:].max()
+
+
+def test_optax_transform_behind_the_screen(key):
+    # 2 of 8 workers send the point b = x - target + 0.5 (a fixed bias inside the honest
+    # spread, sd 1): unscreened the transform settles where b pulls the medians, behind
+    # the screen about as close to the target as 8 honest workers get.
+    n, dim, K = 8, 64, 16
+    target = jnp.linspace(-1.0, 1.0, dim)
+
+    def final_error(byzantine, **screen):
+        opt = optax.chain(
+            fs.scale_by_far_sign(key, num_directions=K, beta=0.02, **screen), optax.sgd(0.05)
+        )
+        params = {"x": jnp.zeros(dim)}
+        state = opt.init(params)
+
+        @jax.jit
+        def round_(params, state, t):
+            noise = jax.random.normal(jax.random.fold_in(key, t), (n, dim))
+            grads = (params["x"] - target)[None, :] + noise
+            grads = grads.at[:byzantine].set(params["x"] - target + 0.5)
+            updates, state = opt.update({"x": grads}, state, params)
+            return optax.apply_updates(params, updates), state
+
+        for t in range(3000):
+            params, state = round_(params, state, t)
+        return float(jnp.linalg.norm(params["x"] - target)), state
+
+    honest_error, _ = final_error(0)
+    open_error, _ = final_error(2)
+    error, state = final_error(2, screen=1.2, num_workers=n)
+    # keys 0-4: open / honest 1.7-2.3, screened / honest 1.20-1.27 (6 honest workers
+    # against 8 give sqrt(8 / 6) = 1.15 alone)
+    assert open_error > 1.5 * honest_error
+    assert error < 1.4 * honest_error and error < 0.7 * open_error
+    admitted = np.asarray(state[0].server.screen.admitted)
+    assert not admitted[:2].any() and admitted[2:].sum() >= 5
+
+    params = {"x": jnp.zeros(dim)}
+    with pytest.raises(ValueError, match="screen needs num_workers"):
+        fs.scale_by_far_sign(key, num_directions=K, screen=1.2)
+    with pytest.raises(ValueError, match="must be > 1"):
+        fs.scale_by_far_sign(key, num_directions=K, screen=1.0, num_workers=n)
+    with pytest.raises(ValueError, match="must be > 1"):
+        fs.scale_by_far_sign(key, num_directions=K, screen=float("nan"), num_workers=n)
+    opt = fs.scale_by_far_sign(key, num_directions=K, screen=1.2, num_workers=n)
+    with pytest.raises(ValueError, match="num_workers=8 gradients, got 3"):
+        opt.update({"x": jnp.zeros((3, dim))}, opt.init(params), params)
+    d = fs.directions(key, 0, dim, K)
+    with pytest.raises(ValueError, match="server_init\\(params, num_workers\\)"):
+        fs.server_step(params, fs.server_init(params), d, jnp.ones(K, jnp.int8), 0.1, 0.1, 0, 1.2)
+    with pytest.raises(ValueError, match="num_workers must be an integer >= 1"):
+        fs.server_init(params, 0)

@@ -168,14 +168,19 @@ def _greedy_waves(staleness, width, record_every):
         ("sgd", "ipm", 0.0),
         ("far_sign", "alie", 0.9),
         ("sgd", "sign_flip", 0.5),
+        ("far_sign", "alie", "screen"),
     ],
 )
 def test_messages_computed_in_waves_give_the_same_trace(key, protocol, attack, momentum):
     data, _ = _regression(8)
     cluster = Cluster(num_workers=8, num_byzantine=2, delay="exponential", batch_size=8)
+    screen = None
+    if momentum == "screen":  # the server's screen instead of momentum
+        momentum, screen = 0.0, 1.2
     kwargs = dict(
         protocol=protocol, attack=attack, events=600, record_every=200, key=key,
         num_directions=4, alpha=0.02, beta=0.02, learning_rate=0.02, worker_momentum=momentum,
+        screen=screen,
     )  # fmt: skip
     one = run_async(_loss, PARAMS, data, cluster, parallel_events=1, **kwargs)
     four = run_async(_loss, PARAMS, data, cluster, parallel_events=4, **kwargs)
@@ -407,6 +412,10 @@ def test_bad_input_is_named(key):
         run_async(
             _loss, PARAMS, data, cluster, protocol="far_sign_zo", worker_momentum=0.5, **common
         )
+    with pytest.raises(ValueError, match="screen applies to the far_sign protocols only"):
+        run_async(_loss, PARAMS, data, cluster, protocol="sgd", screen=1.2, **common)
+    with pytest.raises(ValueError, match=r"screen \(kappa.*must be > 1.*got 0.9"):
+        run_async(_loss, PARAMS, data, cluster, screen=0.9, **common)
 
 
 def test_repeated_runs_compile_once_and_use_their_own_step_sizes(key):
