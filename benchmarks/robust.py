@@ -53,9 +53,9 @@ scored that way. The targets use the last iterate.
 
 Every run the targets compare is repeated with ``SEEDS`` keys (data order, delays,
 directions and attack draws all change) and the targets use the mean final accuracy: one
-run's final accuracy under ALIE varies by several points from key to key (FAR-SIGN: 73 to
-90% over the five keys, ``final_accuracy_seeds`` in robust.json), more than the margins
-compared. The other cells are one run (key 1).
+run's final accuracy under ALIE can vary by several points from key to key (FAR-SIGN
+without the screen: 73 to 91% over the five keys, ``final_accuracy_seeds`` in
+robust.json), more than the margins compared. The other cells are one run (key 1).
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ quantile of the honest projections, and one message moves ``y`` by at most
 that reach (ALIE's ``mean - z std``) pull the median all the way to it along every
 direction (a mean moves by the fraction ``b`` of the offset), so every step carries the
 whole offset and the parameters drift along it; the last iterate then oscillates, and an
-average of the iterates is the steadier output (the ``robust`` suite reports both).
+average of the iterates is the steadier output (the ``robust`` suite reports both). The
+screen below shuts such workers out.
 
 Slow timescale. After the fast step the server moves ``x`` along the message's own
 directions, by the tracked values there:
@@ -71,7 +72,9 @@ relative to the median score. Excluded workers are still recorded; the lower bar
 readmission keeps a worker whose bias returns whenever it is readmitted (a sign flipper:
 its answers oppose the honest mean only once the tracker has moved) from hovering at the
 threshold. The price: the fast steps of excluded honest workers are lost. Needs fewer than
-half of the workers Byzantine (the medians).
+half of the workers Byzantine (the medians), and a worker's successive messages drawn
+independently given the parameters: with worker momentum they are a slowly moving average,
+honest scores spread, and the ``robust`` suite's runs with both can collapse.
 """
 
 from __future__ import annotations

@@ -201,7 +201,8 @@ def run_async(
 
     ``screen`` (FAR-SIGN; the threshold ``kappa > 1``): the server screens its workers
     (:mod:`.far_sign`'s module docstring), applying a worker's fast steps only while its
-    bits' score stays within ``kappa`` times the median score.
+    bits' score stays within ``kappa`` times the median score. It is not meant to be
+    combined with ``worker_momentum`` (see there).
 
     ``parallel_events`` (default: the number of local devices) is how many in-flight
     messages are computed at once (see the module docstring); the trace does not depend on
