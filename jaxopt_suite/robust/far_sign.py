@@ -71,7 +71,9 @@ move the tracker need such a bias: ALIE's workers all answer for one point insid
 honest spread, and sign flippers answer against the honest mean while the tracker is off.
 Honest workers' data shards give them small biases of their own, hence a threshold
 relative to the median score. Taking the medians over the admitted workers keeps the
-excluded ones' pulls from shifting the reference the others are measured against.
+excluded ones' pulls from shifting the reference the others are measured against; it also
+gives up the all-workers median's guarantee: were the admitted workers ever mostly
+Byzantine, the reference would be theirs.
 Excluded workers are still recorded; the lower bar for
 readmission keeps a worker whose bias returns whenever it is readmitted (a sign flipper:
 its answers oppose the honest mean only once the tracker has moved) from hovering at the
