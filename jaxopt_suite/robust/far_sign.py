@@ -64,23 +64,22 @@ and, until the next refresh, applies the fast step only for admitted workers: an
 worker stays admitted while ``T_i <= kappa m``, an excluded one is readmitted once ``T_i
 <= m``, ``m`` the median score of the admitted workers (should fewer than half the workers
 pass, those with at most the median of all scores pass too). The slow step is taken for
-every message. Bits that are fair coins around a shared mean give
-``T_i`` about ``K`` whatever ``c_i``; a worker whose bits keep a bias ``b`` that the
-others do not share adds ``c_i |b|^2``, which grows with every message. The attacks that
-move the tracker need such a bias: ALIE's workers all answer for one point inside the
-honest spread, and sign flippers answer against the honest mean while the tracker is off.
-Honest workers' data shards give them small biases of their own, hence a threshold
-relative to the median score. Taking the medians over the admitted workers keeps the
-excluded ones' pulls from shifting the reference the others are measured against; it also
-gives up the all-workers median's guarantee: were the admitted workers ever mostly
-Byzantine, the reference would be theirs.
-Excluded workers are still recorded; the lower bar for
-readmission keeps a worker whose bias returns whenever it is readmitted (a sign flipper:
-its answers oppose the honest mean only once the tracker has moved) from hovering at the
-threshold. The price: the fast steps of excluded honest workers are lost. Needs fewer than
-half of the workers Byzantine (the medians), and a worker's successive messages drawn
-independently given the parameters: with worker momentum they are a slowly moving average,
-honest scores spread, and the ``robust`` suite's runs with both can collapse.
+every message. Bits that are fair coins around a shared mean give ``T_i`` about ``K``
+whatever ``c_i``; a worker whose bits keep a bias ``b`` that the others do not share adds
+``c_i |b|^2``, which grows with every message. The attacks that move the tracker need such
+a bias: ALIE's workers all answer for one point inside the honest spread, and sign
+flippers answer against the honest mean while the tracker is off. Honest workers' data
+shards give them small biases of their own, hence a threshold relative to the median
+score. Taking the medians over the admitted workers keeps the excluded ones' pulls from
+shifting the reference the others are measured against; it also gives up the all-workers
+median's guarantee: were the admitted workers ever mostly Byzantine, the reference would
+be theirs. Excluded workers are still recorded; the lower bar for readmission keeps a
+worker whose bias returns whenever it is readmitted (a sign flipper: its answers oppose
+the honest mean only once the tracker has moved) from hovering at the threshold. The
+price: the fast steps of excluded honest workers are lost. Needs fewer than half of the
+workers Byzantine (the medians), and a worker's successive messages drawn independently
+given the parameters: with worker momentum they are a slowly moving average, honest scores
+spread, and the ``robust`` suite's runs with both can collapse.
 """
 
 from __future__ import annotations
@@ -243,7 +242,8 @@ def check_screen(screen) -> float:
     if not value > 1.0:  # also NaN
         raise ValueError(
             f"screen (kappa, the threshold on a worker's score over the median score) must "
-            f"be > 1 (at most half the workers could be excluded otherwise), got {screen!r}"
+            f"be > 1 (lower, every admitted worker above the median would be excluded at "
+            f"each refresh), got {screen!r}"
         )
     return value
 
