@@ -318,20 +318,25 @@ class _Runner:
         return float(draws.max(axis=1).mean())
 
 
+def _seeds(row: dict, name: str) -> list:
+    """``row[name]`` over the keys the run was repeated with (``[row[name]]`` if not)."""
+    return row.get(f"{name}_seeds", [row[name]])
+
+
 def _mean_final(row: dict) -> float:
     """The mean final accuracy over the keys the run was repeated with (one if not)."""
-    return float(np.mean(row.get("final_accuracy_seeds", [row["final_accuracy"]])))
+    return float(np.mean(_seeds(row, "final_accuracy")))
 
 
 def _mean_tail(row: dict) -> float:
     """:func:`_mean_final` for the iterate average over the run's second half
     (``tail_accuracy``)."""
-    return float(np.mean(row.get("tail_accuracy_seeds", [row["tail_accuracy"]])))
+    return float(np.mean(_seeds(row, "tail_accuracy")))
 
 
 def _se_final(row: dict) -> float:
     """The standard error of :func:`_mean_final` (0 for one key)."""
-    values = row.get("final_accuracy_seeds", [row["final_accuracy"]])
+    values = _seeds(row, "final_accuracy")
     return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
 
 

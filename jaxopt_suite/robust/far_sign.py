@@ -277,8 +277,12 @@ def residual(state: ServerState, d: Directions) -> jax.Array:
 
 def track(state: ServerState, d: Directions, bits: jax.Array, beta: jax.Array) -> ServerState:
     """The fast step on arrival of ``bits`` for directions ``d``: ``y += beta sum_k s_k u_k``."""
-    tracker = state.tracker + beta * lift(bits.astype(jnp.float32), d)
-    return state._replace(tracker=tracker, count=state.count + 1)
+    return _fast_step(state, lift(bits.astype(jnp.float32), d), beta)
+
+
+def _fast_step(state: ServerState, lifted: jax.Array, beta) -> ServerState:
+    """``y += beta lifted`` and one more message counted."""
+    return state._replace(tracker=state.tracker + beta * lifted, count=state.count + 1)
 
 
 def screened_track(
@@ -297,8 +301,8 @@ def screened_track(
         lambda s: s,
         screen,
     )
-    tracker = state.tracker + jnp.where(screen.admitted[worker], beta, 0.0) * lifted
-    return ServerState(tracker, state.count + 1, screen)
+    beta = jnp.where(screen.admitted[worker], beta, 0.0)
+    return _fast_step(state._replace(screen=screen), lifted, beta)
 
 
 def server_step(
