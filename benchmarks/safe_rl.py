@@ -6,13 +6,19 @@ episode's max cost:
 
 * ``point_goal_hazards``: the pure-JAX point mass, dense hazard cost ``(size - dist)+``,
   ``w = 0.05``;
+* ``point_goal_hazards_random_start``: the same task with the start drawn from
+  ``[-0.5, 0.5]^2`` instead of ``[-0.1, 0.1]^2``. From the nearly fixed start every episode
+  follows nearly the same path, so a deterministic policy either violates in almost every
+  episode or in none; the wider start makes the paths differ, as GUARD's random layouts do;
 * ``hopper_velocity`` and ``walker2d_velocity`` (Brax, ``spring``): hinge cost ``(|vx| -
   v_max)+`` with Safety-Gymnasium's ``v_max``, ``w = 0.25`` (m/s above the limit).
 
 Every algorithm trains ``SEEDS`` seeds (``vmap``) for the same number of iterations of
 ``num_envs x 200`` steps. ASCPO and SCPO constrain the max cost (``w``); CPO and
 PPO-Lagrangian constrain the episode's summed cost, with the same number ``w`` as their
-limit (their standard form); ``ppo_ascpo`` is ASCPO's PPO-clip variant. At the end each
+limit (their standard form; a summed cost is at least the max, so this limit is the tighter
+one); ``ppo_ascpo`` is ASCPO's PPO-clip variant. PPO-Lagrangian's multiplier takes Adam
+steps (OmniSafe's default; :mod:`jaxopt_suite.rl.ppo_lagrangian`). At the end each
 seed's deterministic policy is evaluated on ``EVAL_ENVS`` episodes: the violation rate is
 ``P(EpMaxCost > w)`` over all seeds' episodes.
 
@@ -51,11 +57,15 @@ REPEATS = 3
 K = 4.36  # ASCPO's bound: mean + k std of the max cost; Cantelli: P(violation) <= 5%
 MAX_KL = 0.05  # every trust-region method's KL radius
 TASKS = {
-    "point_goal_hazards": {"kwargs": {}, "limit": 0.05, "num_envs": 16, "iterations": 100},
-    "hopper_velocity": {"kwargs": {"kind": "hinge"}, "limit": 0.25, "num_envs": 32,
-                        "iterations": 150},
-    "walker2d_velocity": {"kwargs": {"kind": "hinge"}, "limit": 0.25, "num_envs": 32,
-                          "iterations": 150},
+    "point_goal_hazards": {"env": "point_goal_hazards", "kwargs": {}, "limit": 0.05,
+                           "num_envs": 16, "iterations": 100},
+    "point_goal_hazards_random_start": {"env": "point_goal_hazards",
+                                        "kwargs": {"start_noise": 0.5}, "limit": 0.05,
+                                        "num_envs": 16, "iterations": 100},
+    "hopper_velocity": {"env": "hopper_velocity", "kwargs": {"kind": "hinge"}, "limit": 0.25,
+                        "num_envs": 32, "iterations": 150},
+    "walker2d_velocity": {"env": "walker2d_velocity", "kwargs": {"kind": "hinge"},
+                          "limit": 0.25, "num_envs": 32, "iterations": 150},
 }  # fmt: skip
 QUICK_TASKS = {"point_goal_hazards": TASKS["point_goal_hazards"]}
 ALGORITHMS = ("ascpo", "scpo", "cpo", "ppo_lagrangian", "ppo_ascpo")
@@ -147,7 +157,7 @@ def _run_algorithm(algorithm, env, task) -> dict:
 def _throughput_only(name: str, task: dict) -> dict:
     """ASCPO's training steps/s on a Brax task for a few iterations (the quick run's
     throughput check), next to random stepping of the same batch."""
-    env = envs.make(name, **task["kwargs"])
+    env = envs.make(task["env"], **task["kwargs"])
     task = dict(task, iterations=THROUGHPUT_ITERATIONS)
     trainer = _trainer("ascpo", env, task)
     keys = jax.random.split(jax.random.key(0), SEEDS)
@@ -166,7 +176,7 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
     units = len(tasks) * (len(ALGORITHMS) + 1) + (1 if quick else 0)
     with progress.stage("safe_rl: tasks x algorithms", units) as advance:
         for name, task in tasks.items():
-            env = envs.make(name, **task["kwargs"])
+            env = envs.make(task["env"], **task["kwargs"])
             cell = results.setdefault(name, {})
             cell["random_steps_per_second"] = _random_steps_per_second(
                 env, task["num_envs"] * SEEDS

@@ -1,8 +1,18 @@
 """PPO-Lagrangian, and the PPO-clip variant of ASCPO.
 
 PPO-clip (Schulman et al., 2017) on the Lagrangian ``L = -J_R + lambda (J_C - d)``, the
-multiplier updated by projected gradient ascent ``lambda <- max(0, lambda + lr_lambda (J_C -
-d))`` after each batch (Ray et al., "Benchmarking safe exploration in deep RL", 2019):
+multiplier updated after each batch by projected ascent on ``lambda (J_C - d)`` (Ray et al.,
+"Benchmarking safe exploration in deep RL", 2019):
+
+* ``lagrange_optimizer="adam"`` (the default, OmniSafe's: Adam with learning rate 0.035 from
+  ``lambda = 0.001``): Adam's step on the gradient ``-(J_C - d)``, then ``lambda <- max(0,
+  lambda)``. The step is about ``lr_lambda`` whatever the cost's units, so a large early
+  excess (a summed cost of tens against a limit below one) does not throw the multiplier to
+  a value that makes the policy give up the reward;
+* ``lagrange_optimizer="sgd"``: ``lambda <- max(0, lambda + lr_lambda (J_C - d))``, the
+  plain projected gradient ascent.
+
+The two variants:
 
 * ``ppo_lagrangian``: ``J_C`` the episode cost (the per-step cost, discounted by
   ``cost_discount`` in the advantages), ``d = cost_limit``;
@@ -45,6 +55,7 @@ from jaxopt_suite.rl.training import (
 )
 
 VARIANTS = ("ppo_lagrangian", "ppo_ascpo")
+LAGRANGE_OPTIMIZERS = ("adam", "sgd")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +76,9 @@ class PPOLagrangianConfig:
     learning_rate: float = 3e-4
     epochs: int = 10
     minibatches: int = 8
-    lagrange_learning_rate: float = 0.05
-    lagrange_init: float = 0.0
+    lagrange_optimizer: str = "adam"
+    lagrange_learning_rate: float = 0.035
+    lagrange_init: float = 0.001
     k: float = 7.0
     omega1: float = 0.005
     omega2: float = 0.007
@@ -76,6 +88,11 @@ class PPOLagrangianConfig:
     def checked(self) -> PPOLagrangianConfig:
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.lagrange_optimizer not in LAGRANGE_OPTIMIZERS:
+            raise ValueError(
+                f"lagrange_optimizer must be one of {LAGRANGE_OPTIMIZERS}, got "
+                f"{self.lagrange_optimizer!r}"
+            )
         check_settings(
             self,
             integers=("num_envs", "episode_length", "unroll_length", "iterations", "epochs",
@@ -100,6 +117,7 @@ class _Carry(NamedTuple):
     params: Params
     opt_state: Any
     lagrange: jax.Array
+    lagrange_opt: Any  # the multiplier's Adam moments (empty for "sgd")
     env_state: Any
     last: EpisodeStats
 
@@ -130,6 +148,15 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
     cost_discount = 1.0 if on_max_mdp else config.cost_discount
     batch_size = config.num_envs * config.unroll_length
     episodes_per_minibatch = batch_size / config.minibatches / config.episode_length
+    if config.lagrange_optimizer == "adam":
+        lagrange_optimizer = optax.adam(config.lagrange_learning_rate)
+    else:
+        lagrange_optimizer = optax.sgd(config.lagrange_learning_rate)
+
+    def update_lagrange(lagrange, opt_state, excess):
+        """One projected ascent step on ``lambda * excess``."""
+        updates, opt_state = lagrange_optimizer.update(-excess, opt_state, lagrange)
+        return jnp.maximum(0.0, optax.apply_updates(lagrange, updates)), opt_state
 
     def loss_fn(nets, lagrange, data):
         obs, action, old_log_prob, adv_r, adv_c, td_c, target_r, target_c, weights = data
@@ -210,20 +237,21 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
             epoch, (nets, carry.opt_state), jax.random.split(k_perm, config.epochs)
         )
         # the multiplier follows the constraint after the step, from this batch's episodes
-        lagrange = jnp.maximum(0.0, lagrange + config.lagrange_learning_rate * excess)
+        lagrange, lagrange_opt = update_lagrange(lagrange, carry.lagrange_opt, excess)
         obs_stats = next_obs_stats(params, batch, config.normalize_observations)
         new = Params(*nets, obs_stats)
         metrics = {**iteration_metrics(stats, last, excess), "lagrange": lagrange}
-        return _Carry(new, opt_state, lagrange, env_state, last), metrics
+        return _Carry(new, opt_state, lagrange, lagrange_opt, env_state, last), metrics
 
     def init(key: jax.Array) -> _Carry:
         k_env, *k_params = jax.random.split(key, 4)
         env_state = train_env.reset(jax.random.split(k_env, config.num_envs))
         params = init_params(k_params, policy, reward_critic, cost_critic, obs_size)
         nets = (params.policy, params.reward_critic, params.cost_critic)
+        lagrange = jnp.float32(config.lagrange_init)
         return _Carry(
-            params, optimizer.init(nets), jnp.float32(config.lagrange_init), env_state,
-            no_episodes(),
+            params, optimizer.init(nets), lagrange, lagrange_optimizer.init(lagrange),
+            env_state, no_episodes(),
         )  # fmt: skip
 
     return Trainer(
