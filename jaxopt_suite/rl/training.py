@@ -302,10 +302,12 @@ def evaluate(
     episode_length: int,
     cost_limit: float,
     hidden: tuple[int, ...] = (64, 64),
+    deterministic: bool = True,
 ) -> dict[str, jax.Array]:
-    """Rollouts of the deterministic (mean) policy: ``num_envs`` environments for
-    ``episode_length`` steps; the statistics of the episodes that ended (every environment
-    ends at least one: the time limit)."""
+    """Rollouts of the deterministic (mean) policy, or of the sampled one when
+    ``deterministic`` is false: ``num_envs`` environments for ``episode_length`` steps; the
+    statistics of the episodes that ended (every environment ends at least one: the time
+    limit)."""
     from envs import wrap_for_training
 
     train_env = wrap_for_training(env, episode_length=episode_length)
@@ -314,6 +316,6 @@ def evaluate(
     state = train_env.reset(jax.random.split(k_reset, num_envs))
     _, batch = rollout(
         train_env, policy.apply, params.policy, params.obs_stats, state, k_roll, episode_length,
-        deterministic=True,
+        deterministic=deterministic,
     )  # fmt: skip
     return episode_stats(batch, cost_limit)._asdict()
