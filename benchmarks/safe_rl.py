@@ -25,8 +25,9 @@ seed's deterministic policy is evaluated on ``EVAL_ENVS`` episodes: the violatio
 policy (the one trained, and the one ASCPO's certificate speaks of) on fresh episodes.
 
 A seed's deterministic policy tends to violate in almost all of its episodes or in none,
-and which seeds do changes with the machine's float rounding: with 3 seeds, the same code
-gave ASCPO 0% and 25.5% on the walker on two machines. Hence 5 seeds.
+and which seeds do can change with the machine's float rounding (training is chaotic: the
+same code and keys end on different policies on different CPUs), so a rate over few seeds
+moves in steps of ``1 / seeds``. Hence 5 seeds.
 
 Throughput: ASCPO's training steps per second (learner included, compile excluded) against
 random-action stepping of the same environment, the same batch (``num_envs x SEEDS``) and

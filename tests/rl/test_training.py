@@ -72,6 +72,16 @@ def test_evaluation_with_the_deterministic_policy(env, ascpo_run):
         assert float(stats["violation"]) <= 0.05
         returns.append(float(stats["episode_return"]))
     assert max(returns) > 2.0  # a straight run to the goal earns about 2.8
+    # the sampled policy (deterministic=False) draws its actions: other paths, other stats
+    params = jax.tree.map(lambda x: x[0], ascpo_run.params)
+    key = jax.random.key(3)
+    mean_path = run(params, key)
+    sampled = jax.jit(
+        lambda p, k: evaluate(env, p, k, num_envs=8, episode_length=100, cost_limit=LIMIT,
+                              deterministic=False)
+    )(params, key)  # fmt: skip
+    assert float(sampled["count"]) >= 8
+    assert float(sampled["episode_return"]) != float(mean_path["episode_return"])
 
 
 def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
