@@ -30,7 +30,7 @@ same code and keys end on different policies on different CPUs), so a rate over 
 moves in steps of ``1 / seeds``. Hence 5 seeds.
 
 Throughput: ASCPO's training steps per second (learner included, compile excluded) against
-random-action stepping of the same environment, the same batch (``num_envs x SEEDS``) and
+random-action stepping of the same environment, the same batch (``num_envs x`` seeds) and
 backend in one ``lax.scan`` (median of ``REPEATS``), in the same run. The target reads the
 Brax tasks (the point task's step is a few flops, so any learner dominates it; its ratio is
 reported); the quick run times ``THROUGHPUT_ITERATIONS`` iterations on the hopper.
@@ -137,20 +137,29 @@ def _pooled(stats) -> dict:
     }
 
 
-def _run_algorithm(algorithm, env, task, seeds: int) -> dict:
+def _evaluator(env, task: dict, seeds: int):
+    """``evaluate(params) -> (deterministic, sampled)``: each seed's deterministic and
+    sampled policy on ``EVAL_ENVS`` episodes (the same keys for every algorithm), compiled
+    once per task: every algorithm's parameters have the same shapes."""
+    hidden = TrustRegionConfig().hidden
+    keys = jax.random.split(jax.random.key(100), seeds)
+
+    def both(params, key):
+        return tuple(
+            evaluate(env, params, key, num_envs=EVAL_ENVS, episode_length=EPISODE,
+                     cost_limit=task["limit"], hidden=hidden, deterministic=deterministic)
+            for deterministic in (True, False)
+        )  # fmt: skip
+
+    run = jax.jit(jax.vmap(both))
+    return lambda params: run(params, keys)
+
+
+def _run_algorithm(algorithm, env, task, seeds: int, evaluator) -> dict:
     trainer = _trainer(algorithm, env, task)
     keys = jax.random.split(jax.random.key(0), seeds)
     result, compile_s, run_s = _timed(jax.vmap(train_function(trainer)), keys)
-    hidden = TrustRegionConfig().hidden
-
-    def evaluation(params, key, deterministic):
-        return evaluate(env, params, key, num_envs=EVAL_ENVS, episode_length=EPISODE,
-                        cost_limit=task["limit"], hidden=hidden,
-                        deterministic=deterministic)  # fmt: skip
-
-    eval_keys = jax.random.split(jax.random.key(100), seeds)
-    stats = jax.jit(jax.vmap(lambda p, k: evaluation(p, k, True)))(result.params, eval_keys)
-    sampled = jax.jit(jax.vmap(lambda p, k: evaluation(p, k, False)))(result.params, eval_keys)
+    stats, sampled = evaluator(result.params)
     metrics = {k: np.asarray(v, np.float64) for k, v in result.metrics.items()}
     pooled = _pooled(stats)
     steps = seeds * task["num_envs"] * EPISODE * task["iterations"]
@@ -199,8 +208,9 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
                 env, task["num_envs"] * seeds
             )
             advance()
+            evaluator = _evaluator(env, task, seeds)
             for algorithm in ALGORITHMS:
-                cell[algorithm] = _run_algorithm(algorithm, env, task, seeds)
+                cell[algorithm] = _run_algorithm(algorithm, env, task, seeds, evaluator)
                 advance()
         throughput = {
             name: {

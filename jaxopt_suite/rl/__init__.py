@@ -4,7 +4,8 @@ extra (Brax, flax, orbax) and are imported from their modules:
 
 * :mod:`.constrained`: ``cpo``, ``scpo``, ``ascpo`` (``TrustRegionConfig``, ``make_train``);
 * :mod:`.ppo_lagrangian`: ``ppo_lagrangian`` and ASCPO's PPO-clip variant ``ppo_ascpo``;
-* :mod:`.training`: checkpoints and resume, the progress bar, deterministic evaluation.
+* :mod:`.training`: checkpoints and resume, the progress bar, evaluation of the
+  deterministic or the sampled policy.
 """
 
 from jaxopt_suite.rl.gae import gae

@@ -1,5 +1,6 @@
 """What every safe-RL algorithm here shares around its iteration: the training scan, a
-progress bar, orbax checkpoints with resume, and evaluation with the deterministic policy.
+progress bar, orbax checkpoints with resume, and evaluation with the deterministic or the
+sampled policy.
 
 An algorithm is a :class:`Trainer`: ``init(key) -> carry`` and ``step(carry, key) ->
 (carry, metrics)``, pure and jit-able. :func:`train_function` makes the one-scan
