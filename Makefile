@@ -27,7 +27,7 @@ demo: $(VENV)/.installed-all
 	$(VENV)/bin/jaxopt-suite bench --quick
 
 # The tests run in TEST_WORKERS processes (pytest-xdist), each test file in one of them so a
-# module's shared fixtures are built once. On a 2-core machine 2 processes took 12 to 14 min
+# module's shared fixtures are built once. On a 2-core machine 2 processes took 12 to 14.5 min
 # where one took over 17 (`time make test`, `time make test TEST_WORKERS=0`).
 # TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
