@@ -16,11 +16,12 @@ episode's max cost:
 Every algorithm trains ``SEEDS`` seeds (``QUICK_SEEDS`` in the quick run; ``vmap``) for the
 same number of iterations of ``num_envs x 200`` steps: 100 on the point tasks, 300 on the
 Brax tasks. At 150 (the run at 91c3d1e) ASCPO had not settled on the walker: its training
-violation rate stayed between 4% and 13% throughout, and one seed's deterministic policy
-violated in 77% of its episodes. At 300 (the run at 3c486a3) the walker's training rate falls
-from 13% (iterations 60-90) to 5% (the last 30), and the deterministic policies violate in
-0.6% of their episodes, the sampled ones in 4.7%. ASCPO and SCPO constrain the max
-cost (``w``); CPO and
+violation rate (the mean over the seeds) stayed between 4% and 13% throughout, and one
+seed's deterministic policy violated in 77% of its episodes. At 300 (the run at 3c486a3)
+that rate falls from 13% (iterations 60-90) to 5% (the last 30), and the deterministic
+policies violate in 0.6% of their episodes, the sampled ones in 4.7%.
+
+ASCPO and SCPO constrain the max cost (``w``); CPO and
 PPO-Lagrangian constrain the episode's summed cost, with the same number ``w`` as their
 limit (their standard form; a summed cost is at least the max, so this limit is the tighter
 one); ``ppo_ascpo`` is ASCPO's PPO-clip variant. PPO-Lagrangian's multiplier takes Adam
