@@ -21,13 +21,13 @@ seed's deterministic policy violated in 77% of its episodes. At 300 (the run at 
 that rate falls from 13% (iterations 60-90) to 5% (the last 30), and the deterministic
 policies violate in 0.6% of their episodes, the sampled ones in 4.7%.
 
-ASCPO and SCPO constrain the max cost (``w``); CPO and
-PPO-Lagrangian constrain the episode's summed cost, with the same number ``w`` as their
-limit (their standard form; a summed cost is at least the max, so this limit is the tighter
-one); ``ppo_ascpo`` is ASCPO's PPO-clip variant. PPO-Lagrangian's multiplier takes Adam
-steps (OmniSafe's default; :mod:`jaxopt_suite.rl.ppo_lagrangian`). At the end each
-seed's deterministic policy is evaluated on ``EVAL_ENVS`` episodes: the violation rate is
-``P(EpMaxCost > w)`` over all seeds' episodes. Report only: the same rate for the sampled
+ASCPO and SCPO constrain the max cost (``w``); CPO and PPO-Lagrangian constrain the
+episode's summed cost, with the same number ``w`` as their limit (their standard form; a
+summed cost is at least the max, so this limit is the tighter one); ``ppo_ascpo`` is
+ASCPO's PPO-clip variant. PPO-Lagrangian's multiplier takes Adam steps (OmniSafe's
+default; :mod:`jaxopt_suite.rl.ppo_lagrangian`). At the end each seed's deterministic
+policy is evaluated on ``EVAL_ENVS`` episodes: the violation rate is ``P(EpMaxCost > w)``
+over all seeds' episodes. Report only: the same rate for the sampled
 policy (the one trained, and the one ASCPO's certificate speaks of) on fresh episodes.
 
 A seed's deterministic policy tends to violate in almost all of its episodes or in none,
