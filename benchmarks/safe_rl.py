@@ -27,8 +27,8 @@ summed cost is at least the max, so this limit is the tighter one); ``ppo_ascpo`
 ASCPO's PPO-clip variant. PPO-Lagrangian's multiplier takes Adam steps (OmniSafe's
 default; :mod:`jaxopt_suite.rl.ppo_lagrangian`). At the end each seed's deterministic
 policy is evaluated on ``EVAL_ENVS`` episodes: the violation rate is ``P(EpMaxCost > w)``
-over all seeds' episodes. Report only: the same rate for the sampled
-policy (the one trained, and the one ASCPO's certificate speaks of) on fresh episodes.
+over all seeds' episodes. Report only: the same rate for the sampled policy (the one
+trained, and the one ASCPO's certificate speaks of) on fresh episodes.
 
 A seed's deterministic policy tends to violate in almost all of its episodes or in none,
 and which seeds do can change with the machine's float rounding (training is chaotic: the
