@@ -36,9 +36,13 @@ is trained with ``SEEDS`` keys, and its score is the mean over those keys and th
 each key's policies scored on the same evaluation keys: one training key's score moves by about
 as much as the methods differ, so a single key's ranking is mostly the draw of its keys
 (hopper, run at a3d3515, Nash SER: SER-DICE's three keys scored 0.199, 0.231 and 0.253, while
-the four methods' means lie between 0.218 and 0.239). ``se`` is the standard error over the
-keys' scores (training and evaluation noise), ``se_evaluation`` that of the evaluation alone
-(a bootstrap over episodes).
+the four methods' means lie between 0.218 and 0.239). The training keys are paired too: at
+training key ``k`` every method fits its policy for the ``i``-th objective with
+``split(k, n)[i]``, so all of them draw the same minibatches, and BC(P)'s network is fitted
+once per objective for that (``_paired_bc``). One network for all objectives, from ``k``
+itself, gave BC(P) a draw of its own (run at a3d3515, hopper, Nash SER: 0.239 against
+AETDICE's 0.220). ``se`` is the standard error over the keys' scores (training and
+evaluation noise), ``se_evaluation`` that of the evaluation alone (a bootstrap over episodes).
 Hypervolume and sparsity are those of each key's expected returns across the preferences,
 averaged over the keys.
 
@@ -232,7 +236,7 @@ def run_task(name: str, task: dict, advance) -> dict:
     linear_objectives = [U.ser(u) for u in utilities("linear", data, prefs)]
     optidice = timed("optidice", lambda: _seeded(
         A.train_optidice, data, linear_objectives, key, config, discount=gamma))  # fmt: skip
-    bc = timed("bc", lambda: _seeded(A.train_bc, data, linear_objectives, key, config))
+    bc = timed("bc", lambda: _seeded(_paired_bc, data, linear_objectives, key, config))
     advance()
     families = {}
     for family in (*FAMILIES, "linear"):
@@ -276,6 +280,15 @@ def _seeded(train, data, objectives, key, config, seeds=range(SEEDS), **kwargs) 
     """``train``'s policies for ``objectives`` with each training key ``fold_in(key, seed)``,
     a list over the seeds of lists over the objectives."""
     return [train(data, objectives, jax.random.fold_in(key, s), config, **kwargs) for s in seeds]
+
+
+def _paired_bc(data, objectives, key, config) -> list:
+    """BC(P) fitted once per objective, each fit with the key the DICE methods fit that
+    objective with (their ``split(key, len(objectives))``): the same minibatches as theirs and,
+    where the inputs agree (OptiDICE's and SER-DICE's), the same initial network (module
+    docstring)."""
+    keys = jax.random.split(key, len(objectives))
+    return [A.train_bc(data, o, k, config) for o, k in zip(objectives, keys, strict=True)]
 
 
 def _method_entry(score, seeded, objectives, keys, reference) -> dict:

@@ -108,6 +108,28 @@ def test_linear_utility_aetdice_matches_linear_optidice():
     assert values["aetdice"] == pytest.approx(values["optidice"], abs=5 * 0.015 * np.sqrt(2))
 
 
+def test_evaluation_randomises_only_where_the_first_batch_shows_it_pays():
+    """BC(P) at equal weights picks each objective half the time; its mode always picks one.
+    Under SER Tchebycheff sampling is worth far more, and ``evaluate`` samples. Under the
+    linear utility with equal weights every step pays exactly 1 whatever the action, the two
+    ways of acting tie, and the tie goes to the mode."""
+    config = dataclasses.replace(CONFIG, iterations=1500, behaviour_conditioned=True)
+    env = envs.BalanceTask(slip=SLIP)
+    fair = U.ser(U.tchebycheff([1.0, 1.0]))
+    policy = A.train_bc(_dataset(), fair, jax.random.key(9), config)
+    value, _, deterministic = A.evaluate(env, policy, fair, jax.random.key(10), episodes=500)
+    assert not deterministic
+    # sampling at 50/50 (slip aside) gives each objective 5 in expectation, the mode at most
+    # 0.15 * 10 = 1.5 to the objective it neglects
+    assert value > 4.0
+    flat = U.ser(U.linear([1.0, 1.0]))
+    value, returns, deterministic = A.evaluate(env, policy, flat, jax.random.key(11),
+                                               episodes=500)  # fmt: skip
+    assert deterministic
+    assert value == pytest.approx(HORIZON)
+    np.testing.assert_allclose(returns.sum(-1), HORIZON)
+
+
 def test_a_batch_of_preferences_trains_in_one_call():
     objectives = [U.esr(U.tchebycheff([w, 1 - w])) for w in (0.3, 0.5, 0.7)]
     config = A.DiceConfig(iterations=200, batch_size=64, hidden=(32,), policy_hidden=(32,))

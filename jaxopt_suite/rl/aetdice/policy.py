@@ -280,6 +280,10 @@ def evaluate(env, policy: TrainedPolicy, objective, key: jax.Array, *, episodes:
     of ``episodes`` rollouts; the value is then measured on a fresh batch, so the choice does
     not bias it. Sampling suits SER (which may need a randomised stationary policy),
     the mixture's mode suits ESR on augmented states (deterministic there is optimal).
+    A tie goes to the mode: randomising is kept only where the first batch shows that it
+    pays. A nearly deterministic sampled policy often scores exactly what its mode does on the
+    first batch and then, on the fresh one, loses what its rare off-mode actions cost (the
+    balance task's linear utility: ``1e-4`` at one preference).
 
     Returns:
       ``(value, returns, deterministic)``: the value, the fresh batch's vector returns
@@ -297,7 +301,7 @@ def evaluate(env, policy: TrainedPolicy, objective, key: jax.Array, *, episodes:
         )  # fmt: skip
         for mode in (False, True)
     }
-    deterministic = scores[True] > scores[False]
+    deterministic = scores[True] >= scores[False]
     returns = rollout_returns(
         env, policy, k_measure, episodes=episodes, deterministic=deterministic
     )
