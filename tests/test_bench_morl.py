@@ -9,9 +9,10 @@ from jaxopt_suite.rl.aetdice import utilities as U
 
 
 def test_bc_is_fitted_with_the_keys_the_dice_methods_fit_each_objective_with():
-    """At a huge ``alpha`` OptiDICE's ratios are 1 within ``1e-3`` and its weighted cloning is
-    BC(P)'s fit: with paired keys (same initial network, same minibatches) the two policies
-    agree; BC(P)'s one network from the key itself does not."""
+    """At a huge ``alpha`` OptiDICE's weights are nearly flat (its largest ratio within
+    ``1e-3`` of 1) and its weighted cloning is BC(P)'s fit: with paired keys (same initial
+    network, same minibatches) the two policies agree; BC(P)'s one network from the key itself
+    does not."""
     data, _ = morl.normalised(morl.dataset("mo_balance", morl.TASKS["mo_balance"])[0])
     config = A.DiceConfig(iterations=200, batch_size=64, hidden=(16,), policy_hidden=(16,),
                           alpha=1e4, behaviour_conditioned=True)  # fmt: skip
