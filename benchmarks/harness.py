@@ -134,6 +134,25 @@ def git_sha() -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def cpu_description(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name and widest vector extension (``cpuinfo`` on Linux, else
+    ``platform.processor()``). XLA compiles CPU code for the host's instruction set, so the
+    same program's float results can differ between CPUs, and a long chaotic computation
+    (a PPO run, say) then ends elsewhere: results measured on CPU say where."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    first = text.split("\n\n", 1)[0]  # the first processor's block
+    fields = dict(
+        (k.strip(), v.strip())
+        for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)
+    )
+    flags = set(fields.get("flags", "").split())
+    widest = next((isa for isa in ("avx512f", "avx2", "avx") if isa in flags), "none")
+    return f"{fields.get('model name', 'unknown')} ({widest})"
+
+
 def environment() -> dict[str, Any]:
     device = jax.devices()[0]
     return {
@@ -145,6 +164,7 @@ def environment() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "cpu": cpu_description(),
         "git_sha": git_sha(),
     }
 

@@ -1,6 +1,7 @@
 """The command line and the benchmark harness, on a tiny stand-in suite."""
 
 import json
+import platform
 import sys
 import types
 
@@ -12,6 +13,7 @@ from benchmarks.harness import (
     SuiteResult,
     SummaryRow,
     Target,
+    cpu_description,
     memory_bytes,
     time_interleaved,
     time_jitted,
@@ -87,7 +89,8 @@ def test_bench_writes_json_with_targets_and_environment(tmp_path, monkeypatch, c
     assert payload["command"] == "jaxopt-suite bench tiny --quick"
     assert payload["plot"] == "tiny.png" and (tmp_path / "tiny.png").is_file()
     env = payload["environment"]
-    assert {"jax", "device", "backend", "git_sha", "python"} <= set(env)
+    assert {"jax", "device", "backend", "git_sha", "python", "cpu"} <= set(env)
+    assert isinstance(env["cpu"], str) and env["cpu"]
     targets = {t["name"]: t for t in payload["targets"]}
     assert targets["speed-up"]["met"] is True
     assert targets["missed"]["met"] is False
@@ -163,3 +166,15 @@ def test_json_records_the_commit_checked_out_when_the_run_started(tmp_path, monk
     assert cli.main(["bench", "tiny", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
     payload = json.loads((tmp_path / "tiny.json").read_text())
     assert payload["environment"]["git_sha"] == "start-sha" and len(calls) >= 2
+
+
+def test_cpu_description_names_the_model_and_the_widest_vector_extension(tmp_path):
+    """Results measured on CPU say on which: the first processor's model name and the widest
+    of AVX-512, AVX2 and AVX it has."""
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx avx2 sse\n\n"
+        "processor\t: 1\nmodel name\t: Other\nflags\t\t: avx512f\n"
+    )
+    assert cpu_description(info) == "Some CPU (avx2)"
+    assert cpu_description(tmp_path / "missing") == (platform.processor() or "unknown")
