@@ -8,6 +8,12 @@ from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
 
+def _largest_gap(a, b) -> float:
+    """The largest absolute difference between two parameter trees of one structure."""
+    gaps = jax.tree.map(lambda x, y: float(np.max(np.abs(x - y))), a, b)
+    return max(jax.tree.leaves(gaps))
+
+
 def test_bc_is_fitted_with_the_keys_the_dice_methods_fit_each_objective_with():
     """At a huge ``alpha`` OptiDICE's weights are nearly flat (its largest ratio within
     ``1e-3`` of 1) and its weighted cloning is BC(P)'s fit: with paired keys (same initial
@@ -23,8 +29,5 @@ def test_bc_is_fitted_with_the_keys_the_dice_methods_fit_each_objective_with():
     single = A.train_bc(data, objectives, key, config)
     for ours, theirs in zip(paired, dice, strict=True):
         assert float(np.max(np.abs(theirs.metrics["ratio_max"] - 1.0))) < 1e-3
-        gaps = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), ours.params, theirs.params)
-        assert max(jax.tree.leaves(gaps)) < 1e-3
-    far = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), single[0].params,
-                       dice[0].params)  # fmt: skip
-    assert max(jax.tree.leaves(far)) > 0.1
+        assert _largest_gap(ours.params, theirs.params) < 1e-3
+    assert _largest_gap(single[0].params, dice[0].params) > 0.1
