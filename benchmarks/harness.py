@@ -144,10 +144,8 @@ def cpu_description(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     except OSError:
         return platform.processor() or "unknown"
     first = text.split("\n\n", 1)[0]  # the first processor's block
-    fields = dict(
-        (k.strip(), v.strip())
-        for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)
-    )
+    pairs = (line.split(":", 1) for line in first.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in pairs}
     flags = set(fields.get("flags", "").split())
     widest = next((isa for isa in ("avx512f", "avx2", "avx") if isa in flags), "none")
     return f"{fields.get('model name', 'unknown')} ({widest})"
