@@ -11,8 +11,16 @@ Tasks (``envs.make_multi_objective``):
   in the run, then rolled out with action noise ``NOISE`` at its preferences (D4MORL-like
   "expert, wide" data).
 
-Each task's rewards are divided by the range of its dataset's episode returns per objective,
-so the utilities' parameters mean the same on every task. The utilities, each at the
+Each task has ``LINEAR_SEEDS`` datasets, replicates of its data-making (:func:`dataset`; the
+behaviour run and its rollouts draw with the replicate's keys), and training key ``s`` trains
+every method on dataset ``s``: a score is then a mean over datasets too. One dataset was one
+draw of the whole comparison: the hopper's PPO behaviour run ends elsewhere on another CPU
+(final return 125.06 on an AMD EPYC (avx2) against 134.16 in the runs up to 79fe376, from the
+same keys), and on that data AETDICE led SER-DICE on hopper Tchebycheff SER (0.190 against 0.187
+over 3 training keys) where the committed run had it behind (0.151 against 0.159). All of a
+task's rewards are divided by the range of the episode returns per objective over its datasets
+together, and the utilities' parameters are read off them together, so every replicate optimises
+the same objectives and the parameters mean the same on every task. The utilities, each at the
 evaluation preferences ``w`` (3 per task):
 
 * nonlinear: Nash welfare ``sum w_i log(G_i + shift)`` (``shift`` lifts the data's lowest
@@ -27,31 +35,32 @@ does (``DiceConfig.behaviour_conditioned``): a policy of the state alone mixed t
 policies' gaits step by step (the run at 9e6b49b: on halfcheetah every DICE policy ran slower and
 spent more energy than BC(P)).
 
-For every nonlinear utility and criterion (SER, ESR): AETDICE on that objective; SER-DICE on
-the utility's SER (the Markov method has no ESR form; its policy is scored on both);
-OptiDICE at ``w`` (one policy per preference, scored on everything); BC conditioned on ``w``.
-Each policy's value comes from :func:`jaxopt_suite.rl.aetdice.evaluate` (online rollouts:
-sampled or deterministic actions, chosen on one batch, measured on a fresh one). Every method
-is trained with ``SEEDS`` keys, and its score is the mean over those keys and the preferences,
-each key's policies scored on the same evaluation keys: one training key's score moves by about
-as much as the methods differ, so a single key's ranking is mostly the draw of its keys
-(hopper, run at a3d3515, Nash SER: SER-DICE's three keys scored 0.199, 0.231 and 0.253, while
-the four methods' means lie between 0.218 and 0.239). The training keys are paired too: at
+For every nonlinear utility and criterion (SER, ESR): AETDICE on that objective; SER-DICE on the
+utility's SER (the Markov method has no ESR form; its policy is scored on both); OptiDICE at
+``w`` (one policy per preference, scored on everything); BC conditioned on ``w``. Each policy's
+value comes from :func:`jaxopt_suite.rl.aetdice.evaluate` (online rollouts: sampled or
+deterministic actions, chosen on one batch, measured on a fresh one). Every method is trained
+with ``SEEDS`` keys (each on its own dataset), and its score is the mean over those keys and the
+preferences, each key's policies scored on the same evaluation keys: one training key's score
+moves by about as much as the methods differ, so a single key's ranking is mostly the draw of
+its keys (hopper, run at a3d3515, Nash SER: SER-DICE's three keys scored 0.199, 0.231 and 0.253,
+while the four methods' means lie between 0.218 and 0.239). The training keys are paired too: at
 training key ``k`` every method fits its policy for the ``i``-th objective with
-``split(k, n)[i]``, so all of them draw the same minibatches, and BC(P)'s network is fitted
-once per objective for that (``_paired_bc``). One network for all objectives, from ``k``
-itself, gave BC(P) a draw of its own (run at a3d3515, hopper, Nash SER: 0.239 against
-AETDICE's 0.220). ``se`` is the standard error over the keys' scores (training and
-evaluation noise), ``se_evaluation`` that of the evaluation alone (a bootstrap over episodes).
-Hypervolume and sparsity are those of each key's expected returns across the preferences,
-averaged over the keys.
+``split(k, n)[i]``, so all of them draw the same minibatches, and BC(P)'s network is fitted once
+per objective for that (``_paired_bc``). One network for all objectives, from ``k`` itself, gave
+BC(P) a draw of its own (run at a3d3515, hopper, Nash SER: 0.239 against AETDICE's 0.220).
+``se`` is the standard error over the keys' scores (training and evaluation noise),
+``se_evaluation`` that of the evaluation alone (a bootstrap over episodes). Hypervolume and
+sparsity are those of each key's expected returns across the preferences, averaged over the
+keys.
 
 Targets (same run): for every nonlinear utility and both criteria, AETDICE's score >= the best
 baseline's on the balance task (and within 5% of the optimum at every preference) and on both
 Brax tasks; for the linear utility AETDICE matches OptiDICE within noise (``|diff| <= 2 SE``).
 
 The linear match's noise is that of the methods' scores over ``LINEAR_SEEDS`` training keys
-(the table's ``SEEDS`` and ``LINEAR_SEEDS - SEEDS`` more, each scored on the same evaluation keys):
+(the table's ``SEEDS`` and ``LINEAR_SEEDS - SEEDS`` more, each on its own dataset and scored
+on the same evaluation keys):
 ``SE = sqrt(Var_a / S + Var_o / S)`` over the per-key scores, which holds the evaluation's
 sampling noise and the training's. The evaluation's alone understates it wherever the
 episodes barely vary (hopper, run at d15fa0b: a bootstrap SE of 0.001 on a score of 1.06,
@@ -123,17 +132,20 @@ def _balance_behaviour(preference, observation, key):
     return jnp.where(choose_left, 0.5, -0.5)[None]
 
 
-def dataset(name: str, task: dict) -> tuple[object, dict]:
-    """The task's offline dataset (rewards not yet normalised) and how it was made."""
+def dataset(name: str, task: dict, replicate: int = 0) -> tuple[object, dict]:
+    """The task's ``replicate``-th offline dataset (rewards not yet normalised) and how it was
+    made: the balance task's scripted rollouts draw with ``key(replicate)``; on a Brax task
+    the PPO behaviour run trains with ``key(2 * replicate)`` and is rolled out with
+    ``key(2 * replicate + 1)``."""
     env = envs.make_multi_objective(name, **({"slip": SLIP} if name == "mo_balance" else {}))
     if name == "mo_balance":
         prefs = envs.preference_grid(2, 11, "wide")
         data = envs.collect(
-            env, _balance_behaviour, prefs, key=jax.random.key(0), episodes_per_preference=40,
-            horizon=task["horizon"], action_noise=0.2,
+            env, _balance_behaviour, prefs, key=jax.random.key(replicate),
+            episodes_per_preference=40, horizon=task["horizon"], action_noise=0.2,
             metadata={"coverage": "wide", "policy": "scripted: objective 0 w.p. w_0"},
         )  # fmt: skip
-        return data, {"behaviour": "scripted"}
+        return data, {"behaviour": "scripted", "replicate": replicate}
     m = env.reward_size
     prefs = envs.preference_grid(m, 3 if m == 3 else 5, "wide")
     config = PPOLagrangianConfig(
@@ -141,35 +153,44 @@ def dataset(name: str, task: dict) -> tuple[object, dict]:
         iterations=task["behaviour_iterations"],
     )  # fmt: skip
     start = time.perf_counter()
-    policy, metrics = train_behaviour(env, prefs, jax.random.key(0), config)
+    policy, metrics = train_behaviour(env, prefs, jax.random.key(2 * replicate), config)
     seconds = time.perf_counter() - start
     data = envs.collect(
-        env, policy, prefs, key=jax.random.key(1),
+        env, policy, prefs, key=jax.random.key(2 * replicate + 1),
         episodes_per_preference=task["episodes_per_preference"], horizon=task["horizon"],
         action_noise=NOISE, metadata={"coverage": "wide", "policy": "PPO, preference-conditioned"},
     )  # fmt: skip
     curve = np.asarray(metrics["episode_return"], np.float64)
     return data, {
         "behaviour": "ppo",
+        "replicate": replicate,
         "behaviour_preferences": prefs.tolist(),
         "behaviour_seconds": seconds,
         "behaviour_return_first_last": [float(curve[0]), float(curve[-1])],
     }
 
 
-def normalised(data):
-    """The dataset with each objective's rewards divided by the range of its episode
-    returns, and that range."""
-    returns = np.asarray(envs.episode_returns(data), np.float64)
-    spread = np.maximum(returns.max(0) - returns.min(0), 1e-6)
+def normalised(data, spread=None):
+    """The dataset with each objective's rewards divided by ``spread`` (by default the range
+    of its episode returns, :func:`return_range`), and that divisor."""
+    spread = return_range([data]) if spread is None else np.asarray(spread, np.float64)
     rewards = np.asarray(data.rewards, np.float64) / spread
     return data._replace(rewards=rewards.astype(np.float32)), spread
 
 
+def return_range(datasets) -> np.ndarray:
+    """Each objective's range of episode returns over all of ``datasets`` together."""
+    returns = np.concatenate([np.asarray(envs.episode_returns(d), np.float64) for d in datasets])
+    return np.maximum(returns.max(0) - returns.min(0), 1e-6)
+
+
 def utilities(family: str, data, preferences) -> list:
     """The family's utility at each preference, its parameters read off the (normalised)
-    dataset."""
-    rewards = np.asarray(data.rewards, np.float64) * np.asarray(data.mask)[..., None]
+    dataset, or off a list of datasets of one horizon together."""
+    datasets = data if isinstance(data, list) else [data]  # (a dataset is a tuple)
+    rewards = np.concatenate(
+        [np.asarray(d.rewards, np.float64) * np.asarray(d.mask)[..., None] for d in datasets]
+    )
     partial = np.cumsum(rewards, axis=1)
     lowest = min(0.0, float(partial.min()))
     returns = partial[:, -1]
@@ -215,8 +236,9 @@ class _Scorer:
 
 
 def run_task(name: str, task: dict, advance) -> dict:
-    raw, made = dataset(name, task)
-    data, spread = normalised(raw)
+    raws, made = zip(*(dataset(name, task, r) for r in range(LINEAR_SEEDS)), strict=True)
+    spread = return_range(raws)
+    data = [normalised(raw, spread)[0] for raw in raws]  # replicate r's dataset: data[r]
     env = envs.make_multi_objective(name, **({"slip": SLIP} if name == "mo_balance" else {}))
     score = _Scorer(env, spread, EVAL_EPISODES[name])
     config = task["dice"]
@@ -224,7 +246,11 @@ def run_task(name: str, task: dict, advance) -> dict:
     key = jax.random.key(7)
     evaluation_key = jax.random.key(1000)
     gamma = 1.0 - 1.0 / task["horizon"]
-    cell: dict = {"data": made, "spread": spread.tolist(), "episodes": int(raw.mask.shape[0])}
+    cell: dict = {
+        "data": list(made),
+        "spread": spread.tolist(),
+        "episodes": [int(raw.mask.shape[0]) for raw in raws],
+    }
     timings: dict = {}
 
     def timed(label, fn):
@@ -257,7 +283,7 @@ def run_task(name: str, task: dict, advance) -> dict:
                                     len(objectives))  # fmt: skip
             if family == "linear":
                 linear_keys = keys  # the linear match scores its other keys on these
-            reference = np.asarray(data.rewards.sum(1)).min(0) - 0.05
+            reference = np.min([np.asarray(d.rewards.sum(1)).min(0) for d in data], 0) - 0.05
             entry = {
                 method: _method_entry(score, seeded, objectives, keys, reference)
                 for method, seeded in methods.items()
@@ -277,9 +303,9 @@ def run_task(name: str, task: dict, advance) -> dict:
 
 
 def _seeded(train, data, objectives, key, config, seeds=range(SEEDS), **kwargs) -> list:
-    """``train``'s policies for ``objectives`` with each training key ``fold_in(key, seed)``,
-    a list over the seeds of lists over the objectives."""
-    return [train(data, objectives, jax.random.fold_in(key, s), config, **kwargs) for s in seeds]
+    """``train``'s policies for ``objectives``, replicate ``s`` trained on ``data[s]`` with the
+    training key ``fold_in(key, s)``: a list over the seeds of lists over the objectives."""
+    return [train(data[s], objectives, jax.random.fold_in(key, s), config, **kwargs) for s in seeds]
 
 
 def _paired_bc(data, objectives, key, config) -> list:
