@@ -35,8 +35,9 @@ def test_bc_is_fitted_with_the_keys_the_dice_methods_fit_each_objective_with():
 
 def test_replicate_datasets_differ_and_share_one_normalisation_and_one_set_of_utilities():
     """Replicates are fresh draws of the balance data; the pooled normalisation divides every
-    replicate by the range over all of them, and the utilities' parameters (the Nash shift,
-    the Tchebycheff point, the thresholds) are read off all of them together."""
+    replicate by the range over all of them, and the utilities' parameters (the Tchebycheff
+    point, the thresholds) are read off all of them together. (The balance task's rewards
+    are not negative, so its Nash shift is ``NASH_FLOOR`` whichever data it is read off.)"""
     task = morl.TASKS["mo_balance"]
     raws = [morl.dataset("mo_balance", task, r)[0] for r in range(2)]
     assert float(np.max(np.abs(raws[0].rewards - raws[1].rewards))) > 0.1
@@ -55,9 +56,6 @@ def test_replicate_datasets_differ_and_share_one_normalisation_and_one_set_of_ut
     (thr,) = morl.utilities("threshold", data, [(0.5, 0.5)])
     np.testing.assert_allclose(np.asarray(thr.thresholds), pooled.mean(0), rtol=1e-5)
     assert float(np.max(np.abs(np.asarray(thr.thresholds) - returns[0].mean(0)))) > 1e-3
-    (nash,) = morl.utilities("nash", data, [(0.5, 0.5)])
-    lowest = min(0.0, min(float(np.cumsum(d.rewards, axis=1).min()) for d in data))
-    np.testing.assert_allclose(np.asarray(nash.shift), morl.NASH_FLOOR - lowest, rtol=1e-5)
 
 
 def test_each_training_key_trains_on_its_own_replicate_dataset():
@@ -65,12 +63,12 @@ def test_each_training_key_trains_on_its_own_replicate_dataset():
     calls = []
 
     def train(data, objectives, key, config):
-        calls.append((data, int(jax.random.key_data(key).sum()), objectives, config))
+        calls.append((data, jax.random.key_data(key).tolist(), objectives, config))
         return [data]
 
     key = jax.random.key(5)
     out = morl._seeded(train, ["d0", "d1", "d2", "d3"], ["o"], key, "c", seeds=range(1, 4))
     assert out == [["d1"], ["d2"], ["d3"]]
-    expected = [int(jax.random.key_data(jax.random.fold_in(key, s)).sum()) for s in (1, 2, 3)]
+    expected = [jax.random.key_data(jax.random.fold_in(key, s)).tolist() for s in (1, 2, 3)]
     assert [c[1] for c in calls] == expected
     assert all(c[2] == ["o"] and c[3] == "c" for c in calls)
