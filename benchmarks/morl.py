@@ -52,7 +52,8 @@ BC(P) a draw of its own (run at a3d3515, hopper, Nash SER: 0.239 against AETDICE
 ``se`` is the standard error over the keys' scores (training and evaluation noise),
 ``se_evaluation`` that of the evaluation alone (a bootstrap over episodes). Hypervolume and
 sparsity are those of each key's expected returns across the preferences, averaged over the
-keys.
+keys. ``key_margins`` holds the margins to the best baseline key by key as well
+(:func:`key_margins`).
 
 Targets (same run): for every nonlinear utility and both criteria, AETDICE's score >= the best
 baseline's on the balance task (and within 5% of the optimum at every preference) and on both
@@ -259,6 +260,8 @@ def run_task(name: str, task: dict, advance) -> dict:
         timings[label] = timings.get(label, 0.0) + time.perf_counter() - start
         return out
 
+    # the hypervolume's reference point: below every replicate's lowest episode return
+    reference = np.min([np.asarray(d.rewards.sum(1)).min(0) for d in data], 0) - 0.05
     linear_objectives = [U.ser(u) for u in utilities("linear", data, prefs)]
     optidice = timed("optidice", lambda: _seeded(
         A.train_optidice, data, linear_objectives, key, config, discount=gamma))  # fmt: skip
@@ -283,7 +286,6 @@ def run_task(name: str, task: dict, advance) -> dict:
                                     len(objectives))  # fmt: skip
             if family == "linear":
                 linear_keys = keys  # the linear match scores its other keys on these
-            reference = np.min([np.asarray(d.rewards.sum(1)).min(0) for d in data], 0) - 0.05
             entry = {
                 method: _method_entry(score, seeded, objectives, keys, reference)
                 for method, seeded in methods.items()
@@ -299,7 +301,31 @@ def run_task(name: str, task: dict, advance) -> dict:
         data, linear_objectives, key, config, gamma, score, families["linear/ser"], linear_keys,
     ))  # fmt: skip
     cell["train_seconds"] = timings
+    cell["key_margins"] = key_margins(cell)
     return cell
+
+
+def key_margins(cell: dict) -> dict:
+    """Per nonlinear objective (``family/criterion``) of a task's ``cell``, AETDICE's score
+    minus the best baseline's at each training key (the best by mean, as in the targets), and
+    per key the worst of them (``"worst"``): whether a mean margin's sign holds key by key.
+    Keys are paired (same dataset, minibatches and evaluation keys), so these differences
+    carry less noise than the scores themselves."""
+    margins = {}
+    for label, entry in cell["objectives"].items():
+        if label.startswith("linear"):
+            continue
+        best = _best_baseline(entry)
+        ours, theirs = (np.asarray(entry[m]["seed_scores"]) for m in ("aetdice", best))
+        margins[label] = {"baseline": best, "per_key": (ours - theirs).tolist()}
+    per_key = np.array([m["per_key"] for m in margins.values()])
+    worst = per_key.min(axis=0).tolist() if per_key.size else []
+    return {"objectives": margins, "worst": worst}
+
+
+def _best_baseline(entry: dict) -> str:
+    """The baseline with the highest mean score on one objective."""
+    return max((b for b in BASELINES if b in entry), key=lambda b: entry[b]["score"])
 
 
 def _seeded(train, data, objectives, key, config, seeds=range(SEEDS), **kwargs) -> list:
@@ -401,8 +427,7 @@ def _summarise(results, tasks, quick) -> SuiteResult:
         worst = np.inf
         for label, entry in cell["objectives"].items():
             ours = entry["aetdice"]
-            best_name = max((b for b in BASELINES if b in entry),
-                            key=lambda b: entry[b]["score"])  # fmt: skip
+            best_name = _best_baseline(entry)
             best = entry[best_name]
             summary.append(SummaryRow("aetdice", f"{name} {label}: utility", ours["score"],
                                       best_name, best["score"]))  # fmt: skip

@@ -1,4 +1,4 @@
-"""The morl suite's pairing of BC(P)'s training keys with the DICE methods'."""
+"""The morl suite: training keys paired with datasets, pooled utilities, per-key margins."""
 
 import jax
 import numpy as np
@@ -72,3 +72,67 @@ def test_each_training_key_trains_on_its_own_replicate_dataset():
     expected = [jax.random.key_data(jax.random.fold_in(key, s)).tolist() for s in (1, 2, 3)]
     assert [c[1] for c in calls] == expected
     assert all(c[2] == ["o"] and c[3] == "c" for c in calls)
+
+
+def test_key_margins_compare_each_key_with_the_baseline_best_on_average():
+    """The best baseline is chosen by its mean score; the margins are then taken key by key,
+    linear objectives are left out, and ``worst`` is each key's lowest margin."""
+    cell = {
+        "objectives": {
+            "nash/ser": {
+                "aetdice": {"score": 0.5, "seed_scores": [0.4, 0.6, 0.5]},
+                "serdice": {"score": 0.45, "seed_scores": [0.5, 0.4, 0.45]},
+                "bc": {"score": 0.3, "seed_scores": [0.6, 0.1, 0.2]},
+            },
+            "nash/esr": {
+                "aetdice": {"score": 0.2, "seed_scores": [0.2, 0.2, 0.2]},
+                "optidice": {"score": 0.1, "seed_scores": [0.1, 0.3, 0.0]},
+            },
+            "linear/ser": {
+                "aetdice": {"score": 0.0, "seed_scores": [0.0, 0.0, 0.0]},
+                "optidice": {"score": 9.0, "seed_scores": [9.0, 9.0, 9.0]},
+            },
+        }
+    }
+    margins = morl.key_margins(cell)
+    assert set(margins["objectives"]) == {"nash/ser", "nash/esr"}
+    assert margins["objectives"]["nash/ser"]["baseline"] == "serdice"
+    np.testing.assert_allclose(margins["objectives"]["nash/ser"]["per_key"], [-0.1, 0.2, 0.05])
+    np.testing.assert_allclose(margins["objectives"]["nash/esr"]["per_key"], [0.1, -0.1, 0.2])
+    np.testing.assert_allclose(margins["worst"], [-0.1, -0.1, 0.05])
+
+
+def _entry(score, per_preference=None):
+    return {"score": score, "per_preference": per_preference or [{"value": score}]}
+
+
+def test_summary_targets_take_the_worst_margin_to_the_best_baseline_per_task():
+    """Each objective's margin is to its best baseline by mean score; each task keeps its
+    worst; the gaps to the optimum are relative, per preference; the linear match reports
+    the worst task's ``z``, and linear rows count in none of the margins."""
+    results = {
+        "mo_balance": {
+            "objectives": {
+                "nash/ser": {"aetdice": _entry(0.98), "serdice": _entry(0.97),
+                             "bc": _entry(0.5), "optimum": [1.0]},
+                "nash/esr": {"aetdice": _entry(0.9), "optidice": _entry(0.95),
+                             "optimum": [1.0]},
+                "linear/ser": {"aetdice": _entry(0.1), "optidice": _entry(0.9)},
+            },
+            "linear_match": {"z": 0.5},
+        },
+        "mo_hopper": {
+            "objectives": {
+                "tchebycheff/esr": {"aetdice": _entry(0.3), "bc": _entry(0.1)},
+                "linear/ser": {"aetdice": _entry(0.9), "optidice": _entry(0.9)},
+            },
+            "linear_match": {"z": 2.5},
+        },
+    }  # fmt: skip
+    suite = morl._summarise(results, {}, quick=False)
+    values = [t.value for t in suite.targets]
+    np.testing.assert_allclose(values, [-0.05, 0.1, 0.2, 2.5])
+    assert [t.met for t in suite.targets] == [False, False, True, False]
+    rows = {row.metric: row.anchor for row in suite.summary}
+    assert rows["mo_balance nash/esr: utility"] == "optidice"
+    assert rows["mo_balance nash/ser: utility"] == "serdice"
