@@ -157,6 +157,9 @@ class DiceData(NamedTuple):
     feature_mean: jax.Array  # (F,)
     feature_std: jax.Array  # (F,)
     labels: jax.Array | None = None  # (M, m) each step's behaviour preference, if annotated
+    # () how many of the M step rows are real when the step arrays are padded (the rows from
+    # ``count`` on are padding: never sampled, left out of every statistic); None: all of them
+    count: jax.Array | None = None
 
 
 class DiceProblem(NamedTuple):
@@ -183,9 +186,31 @@ class DiceResult(NamedTuple):
     metrics: dict  # per iteration: loss, policy_loss, ratio_mean, ratio_max, mu (k,)
 
 
-def feature_statistics(features: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Mean and standard deviation (floored at 1e-3) of ``features (M, F)``."""
-    return jnp.mean(features, axis=0), jnp.maximum(jnp.std(features, axis=0), 1e-3)
+def step_count(data: DiceData) -> int | jax.Array:
+    """The number of real step rows of ``data`` (:attr:`DiceData.count`)."""
+    return data.features.shape[0] if data.count is None else data.count
+
+
+def row_moments(values: jax.Array, count: jax.Array | None = None):
+    """Mean and standard deviation over the rows of ``values (M, ...)``, or over its first
+    ``count`` rows when the rest are padding."""
+    if count is None:
+        return jnp.mean(values, axis=0), jnp.std(values, axis=0)
+    real = (jnp.arange(values.shape[0]) < count).reshape((-1,) + (1,) * (values.ndim - 1))
+    real = jnp.broadcast_to(real, values.shape)
+    mean = jnp.sum(jnp.where(real, values, 0.0), axis=0) / count
+    deviation = values - jnp.broadcast_to(mean, values.shape)
+    variance = jnp.sum(jnp.where(real, deviation**2, 0.0), axis=0) / count
+    return mean, jnp.sqrt(variance)
+
+
+def feature_statistics(
+    features: jax.Array, count: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """Mean and standard deviation (floored at 1e-3) of ``features (M, F)`` (of its first
+    ``count`` rows when given)."""
+    mean, std = row_moments(features, count)
+    return mean, jnp.maximum(std, 1e-3)
 
 
 def standardize(features: jax.Array, mean: jax.Array, std: jax.Array) -> jax.Array:
@@ -255,7 +280,7 @@ def policy_statistics(data: DiceData, conditioned: bool) -> tuple[jax.Array, jax
     policy conditioned on the behaviour labels, by the labels' own (over the same steps)."""
     if not conditioned:
         return data.feature_mean, data.feature_std
-    label_mean, label_std = feature_statistics(data.labels)
+    label_mean, label_std = feature_statistics(data.labels, data.count)
     return (
         jnp.concatenate([data.feature_mean, label_mean]),
         jnp.concatenate([data.feature_std, label_std]),
@@ -341,7 +366,7 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
         # (s, a) -> (E[r_i / std_i | s, a] for each objective i, E[gamma_t nu(s') | s, a]):
         # the parts of the expected Bellman residual that need a regression
         residual_net = ValueNetwork(config.hidden, outputs=reward_size + 1)
-        reward_std = jnp.maximum(jnp.std(problem.rewards, axis=0), 1e-8)
+        reward_std = jnp.maximum(row_moments(problem.rewards, data.count)[1], 1e-8)
         k_nu, k_residual, k_pi, k_run = jax.random.split(key, 4)
         dummy = jnp.zeros((1, feature_size))
         label_size = data.labels.shape[-1] if conditioned else 0
@@ -354,7 +379,7 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
         critic = {"nu": params.nu, "dual": params.dual, "residual": params.residual}
         carry = (params, critic_optimizer.init(critic), policy_optimizer.init(params.policy))
         policy_stats = policy_statistics(data, conditioned)
-        num_steps, num_episodes = data.features.shape[0], data.initial_features.shape[0]
+        num_steps, num_episodes = step_count(data), data.initial_features.shape[0]
 
         def nu_terms(nu_params, steps):
             """``nu(s)`` and the bootstrap ``gamma_t nu(s')`` on the batch. ``dual_loss``

@@ -206,12 +206,48 @@ def _fit(config: DiceConfig, action_size: int, weighted: bool, batched: bool):
     return jax.jit(fit)
 
 
+MIN_PADDED_ROWS = 1024
+
+
+def padded_rows(rows: int) -> int:
+    """The row count ``fit_problems`` pads ``rows`` step rows to: the next power of two, at
+    least ``MIN_PADDED_ROWS``."""
+    return max(MIN_PADDED_ROWS, 1 << max(int(rows) - 1, 0).bit_length())
+
+
+def pad_steps(
+    data: DiceData, problems: Sequence[DiceProblem], rows: int
+) -> tuple[DiceData, list[DiceProblem]]:
+    """``data`` and ``problems`` with their step rows padded with zeros to ``rows`` and
+    ``data.count`` set to the number of real ones (:class:`.dice.DiceData`)."""
+    if data.count is not None:
+        raise ValueError("the data's step rows are padded already (DiceData.count is set)")
+    count = data.features.shape[0]
+    if rows < count:
+        raise ValueError(f"rows must be >= the data's {count} step rows, got {rows}")
+
+    def pad(array):
+        return jnp.pad(array, [(0, rows - count)] + [(0, 0)] * (array.ndim - 1))
+
+    steps = ("features", "next_features", "actions", "continues", "labels")
+    padded = data._replace(
+        **{f: pad(getattr(data, f)) for f in steps if getattr(data, f) is not None},
+        count=jnp.asarray(count, jnp.int32),
+    )
+    return padded, [problem._replace(rewards=pad(problem.rewards)) for problem in problems]
+
+
 def fit_problems(
     config: DiceConfig, action_size: int, data: DiceData, problems: Sequence[DiceProblem],
     keys: jax.Array, *, weighted: bool = True,
 ) -> list[DiceResult]:  # fmt: skip
     """Runs the training scan on each problem (with its key), all in one ``vmap`` when there
-    are several of one kind (e.g. one utility at several preferences)."""
+    are several of one kind (e.g. one utility at several preferences).
+
+    The step rows are padded to :func:`padded_rows` first (the training samples only the real
+    ones and its statistics leave the padding out), so datasets whose step counts differ,
+    as those of episodes that end early do, share one compiled scan."""
+    data, problems = pad_steps(data, problems, padded_rows(data.features.shape[0]))
     if len(problems) == 1:
         return [_fit(config, action_size, weighted, False)(data, problems[0], keys[0])]
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *problems)
