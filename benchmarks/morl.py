@@ -15,9 +15,10 @@ Each task has ``LINEAR_SEEDS`` datasets, replicates of its data-making (:func:`d
 behaviour run and its rollouts draw with the replicate's keys), and training key ``s`` trains
 every method on dataset ``s``: a score is then a mean over datasets too. One dataset was one
 draw of the whole comparison: the hopper's PPO behaviour run ends elsewhere on another CPU
-(final return 125.06 on an AMD EPYC (avx2) against 134.16 in the runs up to 79fe376, from the
-same keys), and on that data AETDICE led SER-DICE on hopper Tchebycheff SER (0.190 against 0.187
-over 3 training keys) where the committed run had it behind (0.151 against 0.159). All of a
+(final return 125.06 on an AMD EPYC (avx2) against 134.16 in the runs up to 79fe376 and at
+d1b70ec, the latter on an AMD EPYC (avx512f), from the same keys), and on the avx2 machine's
+data AETDICE led SER-DICE on hopper Tchebycheff SER (0.190 against 0.187 over 3 training keys)
+where the run at 79fe376 had it behind (0.151 against 0.159). All of a
 task's rewards are divided by the range of the episode returns per objective over its datasets
 together, and the utilities' parameters are read off them together, so every replicate optimises
 the same objectives and the parameters mean the same on every task. The utilities, each at the
