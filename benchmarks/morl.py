@@ -18,10 +18,10 @@ draw of the whole comparison: the hopper's PPO behaviour run ends elsewhere on a
 (final return 125.06 on an AMD EPYC (avx2) against 134.16 in the runs up to 79fe376 and at
 d1b70ec, the latter on an AMD EPYC (avx512f), from the same keys), and on the avx2 machine's
 data AETDICE led SER-DICE on hopper Tchebycheff SER (0.190 against 0.187 over 3 training keys)
-where the run at 79fe376 had it behind (0.151 against 0.159). All of a
-task's rewards are divided by the range of the episode returns per objective over its datasets
-together, and the utilities' parameters are read off them together, so every replicate optimises
-the same objectives and the parameters mean the same on every task. The utilities, each at the
+where the run at 79fe376 had it behind (0.151 against 0.159). All of a task's rewards are
+divided by the range of the episode returns per objective over its datasets together, and the
+utilities' parameters are read off them together, so every replicate optimises the same
+objectives and the parameters mean the same on every task. The utilities, each at the
 evaluation preferences ``w`` (3 per task):
 
 * nonlinear: Nash welfare ``sum w_i log(G_i + shift)`` (``shift`` lifts the data's lowest
