@@ -2,8 +2,9 @@
 
 import jax
 import numpy as np
+import pytest
 
-from benchmarks import morl
+from benchmarks import morl, morl_probe
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
@@ -136,3 +137,11 @@ def test_summary_targets_take_the_worst_margin_to_the_best_baseline_per_task():
     rows = {row.metric: row.anchor for row in suite.summary}
     assert rows["mo_balance nash/esr: utility"] == "optidice"
     assert rows["mo_balance nash/ser: utility"] == "serdice"
+
+
+def test_the_alpha_probe_refuses_the_suites_own_datasets(tmp_path):
+    """The probe is for held-out data: a replicate the suite's tables use is refused, named,
+    before any training."""
+    with pytest.raises(ValueError, match=r"--replicates must be held out: >= 5.*\[5, 4\]"):
+        morl_probe.main(["--replicates", "5,4", "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
