@@ -109,6 +109,10 @@ BOOTSTRAP = 200
 BRAX_ALPHA = 1.0
 FAMILIES = ("nash", "tchebycheff", "threshold", "risk_averse")
 CRITERIA = ("ser", "esr")
+# a task's objectives, in the order they are trained and scored (``family/criterion``)
+OBJECTIVES = (*(f"{f}/{c}" for f in FAMILIES for c in CRITERIA), "linear/ser")
+TRAIN_KEY = 7  # training key s is fold_in(key(TRAIN_KEY), s)
+EVALUATION_KEY = 1000  # :func:`evaluation_keys`
 BASELINES = ("serdice", "optidice", "bc")
 TASKS = {
     "mo_balance": {
@@ -182,6 +186,22 @@ def dataset(name: str, task: dict, replicate: int = 0) -> tuple[object, dict]:
     }
 
 
+def task_data(name: str, task: dict, replicates=range(LINEAR_SEEDS), spread=None):
+    """The task's datasets ``replicates`` (:func:`dataset`), their rewards divided by
+    ``spread`` (by default each objective's range of episode returns over these datasets
+    together, :func:`return_range`): ``(data, spread, made)``, ``made`` how each was made."""
+    raws, made = zip(*(dataset(name, task, r) for r in replicates), strict=True)
+    spread = return_range(raws) if spread is None else np.asarray(spread, np.float64)
+    return [normalised(raw, spread)[0] for raw in raws], spread, list(made)
+
+
+def evaluation_keys(objective: str, count: int):
+    """The evaluation keys of ``objective`` (a ``family/criterion`` of :data:`OBJECTIVES`), one
+    per preference: every method and training key is scored on them."""
+    index = OBJECTIVES.index(objective)
+    return jax.random.split(jax.random.fold_in(jax.random.key(EVALUATION_KEY), index), count)
+
+
 def normalised(data, spread=None):
     """The dataset with each objective's rewards divided by ``spread`` (by default the range
     of its episode returns, :func:`return_range`), and that divisor."""
@@ -248,20 +268,17 @@ class _Scorer:
 
 
 def run_task(name: str, task: dict, advance) -> dict:
-    raws, made = zip(*(dataset(name, task, r) for r in range(LINEAR_SEEDS)), strict=True)
-    spread = return_range(raws)
-    data = [normalised(raw, spread)[0] for raw in raws]  # replicate r's dataset: data[r]
+    data, spread, made = task_data(name, task)  # replicate r's dataset: data[r]
     env = envs.make_multi_objective(name, **({"slip": SLIP} if name == "mo_balance" else {}))
     score = _Scorer(env, spread, EVAL_EPISODES[name])
     config = task["dice"]
     prefs = task["preferences"]
-    key = jax.random.key(7)
-    evaluation_key = jax.random.key(1000)
+    key = jax.random.key(TRAIN_KEY)
     gamma = 1.0 - 1.0 / task["horizon"]
     cell: dict = {
-        "data": list(made),
+        "data": made,
         "spread": spread.tolist(),
-        "episodes": [int(raw.mask.shape[0]) for raw in raws],
+        "episodes": [int(d.mask.shape[0]) for d in data],
     }
     timings: dict = {}
 
@@ -293,8 +310,7 @@ def run_task(name: str, task: dict, advance) -> dict:
             methods = {"aetdice": ours, "optidice": optidice, "bc": bc}
             if serdice is not None:
                 methods["serdice"] = serdice
-            keys = jax.random.split(jax.random.fold_in(evaluation_key, len(families)),
-                                    len(objectives))  # fmt: skip
+            keys = evaluation_keys(f"{family}/{criterion}", len(objectives))
             if family == "linear":
                 linear_keys = keys  # the linear match scores its other keys on these
             entry = {
@@ -307,6 +323,7 @@ def run_task(name: str, task: dict, advance) -> dict:
                 ]
             families[f"{family}/{criterion}"] = entry
             advance()
+    assert tuple(families) == OBJECTIVES  # the order evaluation_keys indexes
     cell["objectives"] = families
     cell["linear_match"] = timed("linear_seeds", lambda: _linear_match(
         data, linear_objectives, key, config, gamma, score, families["linear/ser"], linear_keys,

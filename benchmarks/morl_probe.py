@@ -3,11 +3,12 @@
 The hopper's datasets ``0 .. LINEAR_SEEDS - 1`` are the suite's: they fix the reward
 normalisation and the Nash utilities' parameters, as in :func:`benchmarks.morl.run_task`. The
 probe trains on other replicates of the data-making (by default 5, 6 and 7, which no table
-uses), each with the training key ``fold_in(key(7), replicate)``, and scores Nash welfare at
-the suite's preferences under SER and ESR: BC(P) (paired as in the suite) and AETDICE at each
-``alpha``. Per replicate it records the score, the values per preference, the mean returns
-and, for AETDICE, each policy's largest ratio in a batch over the last 500 iterations (the
-ratios' batch mean is 1: ``ratio_max_last`` says how few steps the weighted cloning follows).
+uses), each with the training key ``fold_in(key(TRAIN_KEY), replicate)``, and scores Nash
+welfare at the suite's preferences under SER and ESR (both on the suite's Nash SER evaluation
+keys): BC(P) (paired as in the suite) and AETDICE at each ``alpha``. Per replicate it records
+the score, the values per preference, the mean returns and, for AETDICE, each policy's largest
+ratio in a batch over the last 500 iterations (the ratios' batch mean is 1: ``ratio_max_last``
+says how few steps the weighted cloning follows).
 
     PYTHONPATH=. python -m benchmarks.morl_probe --replicates 5,6,7 --alphas 0.05,0.2,1.0 \\
         --out benchmarks/results/morl_alpha_probe.json
@@ -39,18 +40,17 @@ LAST = 500  # iterations over which the largest ratio is averaged
 def probe(replicates, alphas, log=print) -> dict:
     task = M.TASKS[TASK]
     start = time.perf_counter()
-    raws = [M.dataset(TASK, task, r)[0] for r in range(M.LINEAR_SEEDS)]
-    spread = M.return_range(raws)
-    suite = [M.normalised(raw, spread)[0] for raw in raws]
-    held_out = {r: M.normalised(M.dataset(TASK, task, r)[0], spread)[0] for r in replicates}
+    suite, spread, _ = M.task_data(TASK, task)
+    held_out = dict(zip(replicates, M.task_data(TASK, task, replicates, spread)[0], strict=True))
     log(f"data: {time.perf_counter() - start:.0f} s")
     score = M._Scorer(envs.make_multi_objective(TASK), spread, M.EVAL_EPISODES[TASK])
     family = M.utilities("nash", suite, task["preferences"])
-    key, evaluation_key = jax.random.key(7), jax.random.key(1000)
+    key = jax.random.key(M.TRAIN_KEY)
     out: dict = {}
 
     def run(label, train, objectives, criterion):
-        keys = jax.random.split(jax.random.fold_in(evaluation_key, 0), len(objectives))
+        # both criteria are scored on the suite's Nash SER evaluation keys
+        keys = M.evaluation_keys("nash/ser", len(objectives))
         rows = []
         for r, data in held_out.items():
             policies = train(data, objectives, jax.random.fold_in(key, r))

@@ -57,6 +57,14 @@ def test_replicate_datasets_differ_and_share_one_normalisation_and_one_set_of_ut
     (thr,) = morl.utilities("threshold", data, [(0.5, 0.5)])
     np.testing.assert_allclose(np.asarray(thr.thresholds), pooled.mean(0), rtol=1e-5)
     assert float(np.max(np.abs(np.asarray(thr.thresholds) - returns[0].mean(0)))) > 1e-3
+    # task_data is this pipeline; with a given spread (held-out data) it divides by that
+    pooled_data, pooled_spread, made = morl.task_data("mo_balance", task, range(2))
+    np.testing.assert_array_equal(pooled_spread, spread)
+    np.testing.assert_array_equal(pooled_data[1].rewards, data[1].rewards)
+    assert [m["replicate"] for m in made] == [0, 1]
+    (held,), held_spread, _ = morl.task_data("mo_balance", task, [1], spread=2 * spread)
+    np.testing.assert_array_equal(held_spread, 2 * spread)
+    np.testing.assert_allclose(held.rewards, data[1].rewards / 2, rtol=1e-6)
 
 
 def test_each_training_key_trains_on_its_own_replicate_dataset():
