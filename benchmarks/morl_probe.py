@@ -11,7 +11,7 @@ ratio in a batch over the last 500 iterations (the ratios' batch mean is 1: ``ra
 says how few steps the weighted cloning follows).
 
     PYTHONPATH=. python -m benchmarks.morl_probe --replicates 5,6,7 --alphas 0.05,0.2,1.0 \\
-        --out benchmarks/results/morl_alpha_probe.json
+        --out benchmarks/results/probes/morl_alpha.json
 
 About 25 minutes on 2 CPU cores (the eight PPO behaviour runs take 7 of them).
 """
