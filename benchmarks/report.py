@@ -9,6 +9,8 @@ from pathlib import Path
 
 START = "<!-- benchmarks:start (jaxopt-suite report rewrites this block) -->"
 END = "<!-- benchmarks:end -->"
+# what a suite's result JSON (``benchmarks.harness``) holds and :func:`render` reads
+SUITE_KEYS = ("suite", "command", "environment", "targets", "summary")
 
 
 def _number(value) -> str:
@@ -30,6 +32,14 @@ def render(results_dir: Path, relative_to: Path | None = None) -> str:
     lines = []
     for path in sorted(results_dir.glob("*.json")):
         payload = json.loads(path.read_text())
+        fields = payload if isinstance(payload, dict) else {}
+        missing = [key for key in SUITE_KEYS if key not in fields]
+        if missing:
+            raise ValueError(
+                f"{path} is not a suite's result (it lacks {', '.join(missing)}): every JSON "
+                f"file directly under {results_dir} is read as one; keep other files in a "
+                "subfolder"
+            )
         env = payload["environment"]
         lines.append(
             f"**{payload['suite']}** — `{payload['command']}` on {env['device']} "

@@ -149,6 +149,13 @@ def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch):
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="no benchmark markers"):
         cli.main(["report", "--results", str(results), "--readme", str(readme)])
+    # A JSON file that is not a suite's result (a probe's, say) is refused by name, not read
+    # until a KeyError.
+    readme.write_text(f"intro\n{START}\n{END}\n")
+    (results / "probe.json").write_text(json.dumps({"rows": [1, 2]}))
+    with pytest.raises(ValueError, match=r"probe\.json is not a suite's result .*suite, command"):
+        cli.main(["report", "--results", str(results), "--readme", str(readme)])
+    assert readme.read_text() == f"intro\n{START}\n{END}\n"
 
 
 def test_json_records_the_commit_checked_out_when_the_run_started(tmp_path, monkeypatch):
