@@ -47,10 +47,9 @@ def main(argv=None):
         )  # fmt: skip
         keys = jax.random.split(jax.random.key(0), seeds)
         if args.checkpoints and algorithm == "ascpo":
+            trainer = make_trainer(config, env)  # one trainer: its chunk compiles once
             results = [
-                train_with_checkpoints(
-                    make_trainer(config, env), key, f"{args.checkpoints}/seed{i}", every=10
-                )  # fmt: skip
+                train_with_checkpoints(trainer, key, f"{args.checkpoints}/seed{i}", every=10)
                 for i, key in enumerate(keys)
             ]
             result = jax.tree.map(lambda *x: np.stack(x), *results)

@@ -169,6 +169,12 @@ def _scan(trainer: Trainer, carry, keys, first: int | jax.Array, progress):
     return jax.lax.scan(body, carry, (iterations, keys))
 
 
+# A chunk of iterations for train_with_checkpoints, compiled once per trainer and progress
+# callback (and chunk length): calls that share a trainer, e.g. one per seed or a resume in
+# the same process, reuse it.
+_chunk = jax.jit(_scan, static_argnums=(0, 4))
+
+
 def train_function(
     trainer: Trainer, progress: Callable[[Any, dict], None] | None = None
 ) -> Callable[[jax.Array], TrainResult]:
@@ -269,14 +275,10 @@ def train_with_checkpoints(
         ).state
         carry, metrics, done = state["carry"], state["metrics"], latest
 
-    @jax.jit
-    def chunk(carry, keys, first):
-        return _scan(trainer, carry, keys, first, progress)
-
     try:
         while done < trainer.iterations:
             stop = min(done + every, trainer.iterations)
-            carry, part = chunk(carry, keys[done:stop], done)
+            carry, part = _chunk(trainer, carry, keys[done:stop], done, progress)
             metrics = jax.tree.map(
                 lambda m, p, d=done: m.at[d : d + p.shape[0]].set(p), metrics, part
             )
