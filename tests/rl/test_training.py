@@ -21,7 +21,7 @@ CONFIG = TrustRegionConfig(
     num_envs=16,
     episode_length=100,
     unroll_length=100,
-    iterations=80,
+    iterations=160,
     k=4.36,
     max_kl=0.05,
 )
@@ -47,7 +47,12 @@ def test_ascpo_lowers_the_max_cost_below_the_limit(ascpo_run):
     # seed. The violation rate the issue bounds is the deterministic policy's
     # (test_evaluation_with_the_deterministic_policy); the sampled training policy's depends on
     # the CPU: its float rounding changes a path that skirts a hazard 80 iterations on (one
-    # seed's tail rate: 0% on one machine, 16% on an AVX-512 one, with the same code).
+    # seed's tail rate: 0% on one machine, 16% on an AVX-512 one, with the same code). The
+    # run is 160 iterations long because training may leave the limit for a while before it
+    # settles: compiled with the test suite's lighter LLVM pipeline (conftest), seed 1's mean
+    # max cost rose to 0.25 near iteration 55 and was back under the limit by iteration 100,
+    # so at 80 iterations it ended above; at 160 both seeds hold every check here under both
+    # pipelines.
     tail = slice(-10, None)
     assert (m["episode_max_cost"][:, tail] <= LIMIT).all()
     # ... and the point still moves goalwards (a straight run to the goal earns about 2.8;
