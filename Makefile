@@ -28,7 +28,9 @@ demo: $(VENV)/.installed-all
 
 # The tests run in TEST_WORKERS processes (pytest-xdist), each test file in one of them so a
 # module's shared fixtures are built once. On a 2-core machine 2 processes took 12 to 14.5 min
-# where one took over 17 (`time make test`, `time make test TEST_WORKERS=0`).
+# where one took over 17 (`time make test`, `time make test TEST_WORKERS=0`); with the lighter
+# compiler pipeline the tests set (tests/conftest.py) 2 processes took 12.7 to 14 min and
+# 3 processes 13.7 min (`pytest -n 3 --dist loadfile`), so 2 it stays.
 # TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 
