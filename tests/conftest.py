@@ -5,8 +5,10 @@ import os
 # Most of the suite's time is XLA:CPU compiling many small programs once each. A lighter LLVM
 # pipeline compiles them faster (the balance-task AETDICE example: 32 s against 44 s) and the
 # programs still compute the same functions; a run's floats may differ in the last bits from
-# the default pipeline's, as they do between CPUs, and no test depends on those bits. Set
-# before jax starts its backend; a caller's own XLA_FLAGS stay in force.
+# the default pipeline's, as they do between CPUs. A test whose outcome follows a long
+# training trajectory must hold under both (the ASCPO training test in tests/rl/test_training.py
+# did not at 80 iterations, and runs 160). Set before jax starts its backend; a caller's own
+# XLA_FLAGS come after these and win.
 _TEST_XLA_FLAGS = "--xla_backend_optimization_level=1 --xla_llvm_disable_expensive_passes=true"
 os.environ["XLA_FLAGS"] = f"{_TEST_XLA_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
 

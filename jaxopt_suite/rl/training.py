@@ -239,11 +239,19 @@ def train_with_checkpoints(
     with the carry and the metrics so far saved (orbax) after each chunk; when
     ``directory`` holds checkpoints, training resumes after the latest. The result equals
     an uninterrupted run's. A checkpoint written for other observation or action sizes is
-    refused with a ``ValueError``."""
+    refused with a ``ValueError``. The chunk is compiled once per ``(trainer, progress)``, so
+    both must be hashable; calls that share them (several seeds, a resume) compile once."""
     import orbax.checkpoint as ocp
 
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"every must be an integer >= 1, got {every!r}")
+    try:  # the compiled chunk is cached by trainer and progress (``_chunk``)
+        hash((trainer, progress))
+    except TypeError as error:
+        raise ValueError(
+            f"trainer and progress must be hashable (a function, a bound method or an object "
+            f"without __eq__ is): {error}"
+        ) from None
     directory = Path(directory).absolute()
     shapes = {"observation_size": trainer.observation_size, "action_size": trainer.action_size}
     manager = ocp.CheckpointManager(

@@ -173,3 +173,13 @@ def test_the_certificate_and_bad_input(env):
         make_train(CONFIG, envs.make("point_goal_hazards", max_cost=False))
     with pytest.raises(ValueError, match="every must be an integer >= 1"):
         train_with_checkpoints(make_trainer(CONFIG, env), jax.random.key(0), "/tmp/x", every=0)
+
+    class Unhashable:  # as a class that defines __eq__ but not __hash__
+        __hash__ = None
+
+        def __call__(self, iteration, metrics):
+            pass
+
+    with pytest.raises(ValueError, match="trainer and progress must be hashable"):
+        train_with_checkpoints(make_trainer(CONFIG, env), jax.random.key(0), "/tmp/x",
+                               every=1, progress=Unhashable())  # fmt: skip
