@@ -108,6 +108,23 @@ def test_linear_utility_aetdice_matches_linear_optidice():
     assert values["aetdice"] == pytest.approx(values["optidice"], abs=5 * 0.015 * np.sqrt(2))
 
 
+def test_markov_policy_extraction_clones_the_ratios_onto_the_observation():
+    """``markov_policy``: the ratios of the augmented state, cloned into a policy of the
+    observation alone. Under the linear utility (0.3, 0.7) the best policy always chooses
+    objective 1, a Markov one; the data's behaviours choose it half the time, so an
+    unweighted cloning would not."""
+    objective = U.ser(U.linear([0.3, 0.7]))
+    policy = A.train_aetdice(_dataset(), objective, jax.random.key(3), CONFIG, markov_policy=True)
+    assert policy.features == "observation"
+    chex.assert_shape(policy.feature_mean, (1,))
+    np.testing.assert_array_equal(_table(policy), 0.0)
+    best, _ = exact.optimum(objective, HORIZON, SLIP)
+    value, _, _ = A.evaluate(
+        envs.BalanceTask(slip=SLIP), policy, objective, jax.random.key(4), episodes=2000
+    )
+    assert value >= 0.95 * best
+
+
 def test_evaluation_randomises_only_where_the_first_batch_shows_it_pays():
     """BC(P) at equal weights picks each objective half the time; its mode always picks one.
     Under SER Tchebycheff sampling is worth far more, and ``evaluate`` samples. Under the

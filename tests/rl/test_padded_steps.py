@@ -64,7 +64,7 @@ def _padded_with(data, problem, rows, value):
     def poison(array):
         return None if array is None else array.at[count:].set(value)
 
-    steps = ("features", "next_features", "actions", "continues", "labels")
+    steps = ("features", "next_features", "actions", "continues", "labels", "policy_features")
     padded = padded._replace(**{f: poison(getattr(padded, f)) for f in steps})
     return padded, padded_problem._replace(rewards=poison(padded_problem.rewards))
 
@@ -89,6 +89,32 @@ def test_padded_rows_train_as_the_real_ones_alone_and_are_never_read():
     assert _largest_gap(zeros, nans) == 0.0
     assert _largest_gap(plain.params, zeros.params) < 1e-4
     np.testing.assert_allclose(plain.metrics["loss"], zeros.metrics["loss"], rtol=1e-4, atol=1e-5)
+
+
+def test_separate_policy_features_are_read_by_the_policy_alone_and_padded():
+    """A policy input equal to nu's fits exactly as without one; a policy input of the
+    observation alone changes only the policy (nu and the ratios read the augmented state),
+    and its padding, NaN, is never read."""
+    raw = _ended_early(_dataset(), 0, 2)
+    data = aetdice.augmented_data(raw)
+    problem = aetdice.aetdice_problem(raw, U.esr(U.tchebycheff(m=2)))
+    fit = jax.jit(dice.make_fit(CONFIG, 1))
+    key = jax.random.key(4)
+    plain = fit(data, problem, key)
+    same = fit(data._replace(policy_features=data.features), problem, key)
+    assert _largest_gap(plain, same) < 1e-6
+    observations = policy.step_rows(raw.observations, policy.flatten_steps(raw.mask))
+    markov = data._replace(policy_features=observations)
+    alone = fit(markov, problem, key)
+    assert _largest_gap(plain.params.nu, alone.params.nu) < 1e-6
+    assert _largest_gap(plain.metrics["loss"], alone.metrics["loss"]) < 1e-6
+    assert {leaf.shape for leaf in jax.tree.leaves(alone.params.policy)} != {
+        leaf.shape for leaf in jax.tree.leaves(plain.params.policy)
+    }
+    rows = data.features.shape[0]
+    nans = fit(*_padded_with(markov, problem, rows + 50, jnp.nan), key)
+    assert all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(nans))
+    assert _largest_gap(alone.params, nans.params) < 1e-4
 
 
 def test_statistics_of_padded_rows_are_those_of_the_real_rows():

@@ -95,21 +95,31 @@ def aetdice_problem(dataset, objective: AET) -> DiceProblem:
 
 
 def train_aetdice(
-    dataset, objectives: AET | list[AET], key: jax.Array, config: DiceConfig | None = None
-) -> TrainedPolicy | list[TrainedPolicy]:
+    dataset, objectives: AET | list[AET], key: jax.Array, config: DiceConfig | None = None,
+    *, markov_policy: bool = False,
+) -> TrainedPolicy | list[TrainedPolicy]:  # fmt: skip
     """AETDICE on ``dataset`` (an :class:`envs.offline.OfflineDataset`) for one objective, or
     for several of one kind (one utility class, e.g. at several preferences) in one ``vmap``;
     a policy of the augmented state for each (``config``: :class:`.dice.DiceConfig`). SER
-    objectives (``h = id``) drop the accumulated return from the state and keep the time."""
+    objectives (``h = id``) drop the accumulated return from the state and keep the time.
+
+    With ``markov_policy`` the ratios are still those of the augmented state, but the
+    weighted cloning fits a policy of the environment's observation alone (features
+    ``"observation"``), as the baselines' is: the projection of the optimised occupancy onto
+    policies that ignore the return so far and the time. Under ESR that gives up what the
+    augmented state is for; it is there to measure what the extra inputs cost the cloning."""
     config = DiceConfig() if config is None else config
     objectives, single = as_list(objectives)
     check_dataset(dataset)
     with_return = any(objective.inner is not None for objective in objectives)
     data = augmented_data(dataset, with_return)
+    if markov_policy:
+        observations = step_rows(dataset.observations, flatten_steps(dataset.mask))
+        data = data._replace(policy_features=observations)
     problems = [aetdice_problem(dataset, objective) for objective in objectives]
     keys = jax.random.split(key, len(problems))
     results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
-    features = "augmented" if with_return else "timed"
+    features = "observation" if markov_policy else "augmented" if with_return else "timed"
     policies = trained_policies(
         "aetdice", features, config, data, results, dataset.mask.shape[1], objectives
     )

@@ -149,7 +149,7 @@ class DiceConfig:
 class DiceData(NamedTuple):
     """The dataset's transitions that happened, flattened; shared by every objective."""
 
-    features: jax.Array  # (M, F) policy and nu inputs at s
+    features: jax.Array  # (M, F) nu's input at s, and the policy's unless policy_features
     next_features: jax.Array  # (M, F) at s'
     actions: jax.Array  # (M, A)
     continues: jax.Array  # (M,) gamma_t: 0 where the episode or the horizon ended
@@ -160,6 +160,9 @@ class DiceData(NamedTuple):
     # () how many of the M step rows are real when the step arrays are padded (the rows from
     # ``count`` on are padding: never sampled, left out of every statistic); None: all of them
     count: jax.Array | None = None
+    # (M, P) the policy's input at s where it is not ``features``: a policy of the
+    # environment's state fitted to a DICE on augmented states; None: ``features``
+    policy_features: jax.Array | None = None
 
 
 class DiceProblem(NamedTuple):
@@ -275,16 +278,24 @@ def residual_inputs(data: DiceData, steps: jax.Array) -> jax.Array:
     return jnp.concatenate([features, data.actions[steps]], axis=-1)
 
 
+def policy_rows(data: DiceData) -> jax.Array:
+    """The policy's input at each step row: ``data.policy_features`` where given, else the
+    features ``nu`` reads."""
+    return data.features if data.policy_features is None else data.policy_features
+
+
 def policy_statistics(data: DiceData, conditioned: bool) -> tuple[jax.Array, jax.Array]:
-    """The policy input's normalisation ``(mean, std)``: the features', followed, for a
-    policy conditioned on the behaviour labels, by the labels' own (over the same steps)."""
+    """The policy input's normalisation ``(mean, std)``: its features' (:func:`policy_rows`),
+    followed, for a policy conditioned on the behaviour labels, by the labels' own (over the
+    same steps)."""
+    if data.policy_features is None:
+        mean, std = data.feature_mean, data.feature_std
+    else:
+        mean, std = feature_statistics(data.policy_features, data.count)
     if not conditioned:
-        return data.feature_mean, data.feature_std
+        return mean, std
     label_mean, label_std = feature_statistics(data.labels, data.count)
-    return (
-        jnp.concatenate([data.feature_mean, label_mean]),
-        jnp.concatenate([data.feature_std, label_std]),
-    )
+    return jnp.concatenate([mean, label_mean]), jnp.concatenate([std, label_std])
 
 
 def policy_inputs(features: jax.Array, policy_stats, labels: jax.Array | None) -> jax.Array:
@@ -303,7 +314,7 @@ def policy_loss(
 ) -> jax.Array:  # fmt: skip
     """Weighted behaviour cloning: ``-sum w log pi(a|s[, b]) / sum w`` over the batch."""
     labels = data.labels[steps] if conditioned else None
-    features = policy_inputs(data.features[steps], policy_stats, labels)
+    features = policy_inputs(policy_rows(data)[steps], policy_stats, labels)
     log_prob = mixture_log_prob(*policy_apply(policy_params, features), data.actions[steps])
     return -jnp.sum(weights * log_prob) / jnp.maximum(jnp.sum(weights), 1e-8)
 
@@ -370,10 +381,11 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
         k_nu, k_residual, k_pi, k_run = jax.random.split(key, 4)
         dummy = jnp.zeros((1, feature_size))
         label_size = data.labels.shape[-1] if conditioned else 0
+        policy_size = policy_rows(data).shape[-1]
         params = DiceParams(
             nu=nu_net.init(k_nu, dummy),
             dual=problem.initial_dual,
-            policy=policy_net.init(k_pi, jnp.zeros((1, feature_size + label_size))),
+            policy=policy_net.init(k_pi, jnp.zeros((1, policy_size + label_size))),
             residual=residual_net.init(k_residual, jnp.zeros((1, feature_size + action_size))),
         )
         critic = {"nu": params.nu, "dual": params.dual, "residual": params.residual}

@@ -4,7 +4,8 @@
 parameters with the feature normalisation it was trained with and how its input is built
 from the environment's observation (``features``):
 
-* ``"observation"``: the observation itself (the Markov baselines);
+* ``"observation"``: the observation itself (the Markov baselines, and AETDICE with
+  ``markov_policy``);
 * ``"augmented"``: the observation with the accumulated return and the time appended, as
   :class:`envs.AccumulatedReturnWrapper` builds it (AETDICE);
 * ``"timed"``: the observation with the time appended (AETDICE for SER).
@@ -229,7 +230,7 @@ def pad_steps(
     def pad(array):
         return jnp.pad(array, [(0, rows - count)] + [(0, 0)] * (array.ndim - 1))
 
-    steps = ("features", "next_features", "actions", "continues", "labels")
+    steps = ("features", "next_features", "actions", "continues", "labels", "policy_features")
     padded = data._replace(
         **{f: pad(getattr(data, f)) for f in steps if getattr(data, f) is not None},
         count=jnp.asarray(count, jnp.int32),
