@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks import morl, morl_probe
+from benchmarks import morl, morl_policy_probe, morl_probe
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
@@ -153,3 +153,13 @@ def test_the_alpha_probe_refuses_the_suites_own_datasets(tmp_path):
     with pytest.raises(ValueError, match=r"--replicates must be held out: >= 5.*\[5, 4\]"):
         morl_probe.main(["--replicates", "5,4", "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_policy_probe_refuses_objectives_the_suite_does_not_score(tmp_path):
+    """Only the suite's nonlinear objectives are probed; anything else is refused, named,
+    before any data is made."""
+    for bad in ("linear/ser", "nash/xyz"):
+        with pytest.raises(ValueError, match=rf"--objectives must be nonlinear.*{bad}"):
+            out = str(tmp_path / "x")
+            morl_policy_probe.main(["--objectives", f"nash/ser,{bad}", "--out", out])
+    assert not (tmp_path / "x").exists()

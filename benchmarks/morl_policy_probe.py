@@ -1,0 +1,121 @@
+"""A probe of AETDICE's policy inputs in the ``morl`` suite (not a suite).
+
+On a Brax task's suite datasets, training keys and evaluation keys (so its AETDICE and
+baseline scores reproduce the suite's cells where the machine's rounding agrees), it scores,
+for the chosen ``family/criterion`` objectives, AETDICE as the suite runs it (a policy of the
+augmented state: ``(s, t)`` under SER, ``(s, x, t)`` under ESR), AETDICE with
+``markov_policy=True`` (the same ratios, cloned into a policy of the observation alone, as the
+baselines' are) and the baselines (SER-DICE, OptiDICE, BC(P)). Per objective it records every
+method's per-key scores, the best baseline by mean, and the paired margins (key by key) of both
+AETDICE forms to it and to each other, with their standard errors over the keys.
+
+The question it answers: whether the inputs the augmented state adds cost the weighted cloning
+more than the ratios gain where the ratios are nearly flat (``alpha = 1``).
+
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
+        --objectives tchebycheff/ser,threshold/esr \\
+        --out benchmarks/results/probes/morl_policy_halfcheetah.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import jax
+import numpy as np
+
+import envs
+from benchmarks import morl as M
+from benchmarks.harness import environment
+from jaxopt_suite.rl import aetdice as A
+from jaxopt_suite.rl.aetdice import utilities as U
+
+
+def _paired(ours, theirs) -> dict:
+    difference = np.asarray(ours) - np.asarray(theirs)
+    se = float(difference.std(ddof=1) / np.sqrt(difference.size))
+    return {"mean": float(difference.mean()), "se": se, "per_key": difference.tolist()}
+
+
+def probe(task_name: str, labels, log=print) -> dict:
+    task = M.TASKS[task_name]
+    start = time.perf_counter()
+    data, spread, _ = M.task_data(task_name, task)
+    log(f"data: {time.perf_counter() - start:.0f} s")
+    score = M._Scorer(envs.make_multi_objective(task_name), spread, M.EVAL_EPISODES[task_name])
+    config, prefs = task["dice"], task["preferences"]
+    key = jax.random.key(M.TRAIN_KEY)
+    gamma = 1.0 - 1.0 / task["horizon"]
+
+    def scores(seeded, objectives, keys) -> list:
+        return [
+            float(np.mean([score(p, o, k)["value"] for p, o, k in zip(policies, objectives, keys,
+                                                                      strict=True)]))
+            for policies in seeded
+        ]  # fmt: skip
+
+    linear = [U.ser(u) for u in M.utilities("linear", data, prefs)]
+    shared = {
+        "optidice": M._seeded(A.train_optidice, data, linear, key, config, discount=gamma),
+        "bc": M._seeded(M._paired_bc, data, linear, key, config),
+    }
+    log(f"optidice, bc trained: {time.perf_counter() - start:.0f} s")
+    out: dict = {}
+    for label in labels:
+        family, criterion = label.split("/")
+        family_utilities = M.utilities(family, data, prefs)
+        objectives = [getattr(U, criterion)(u) for u in family_utilities]
+        keys = M.evaluation_keys(label, len(objectives))
+        seeded = dict(shared)
+        seeded["serdice"] = M._seeded(
+            A.train_serdice, data, [U.ser(u) for u in family_utilities], key, config,
+            discount=gamma,
+        )  # fmt: skip
+        seeded["aetdice"] = M._seeded(A.train_aetdice, data, objectives, key, config)
+        seeded["aetdice_markov"] = M._seeded(
+            lambda d, o, k, c: A.train_aetdice(d, o, k, c, markov_policy=True),
+            data, objectives, key, config,
+        )  # fmt: skip
+        per_key = {method: scores(s, objectives, keys) for method, s in seeded.items()}
+        best = max(M.BASELINES, key=lambda b: np.mean(per_key[b]))
+        out[label] = {
+            "per_key": per_key,
+            "means": {method: float(np.mean(v)) for method, v in per_key.items()},
+            "best_baseline": best,
+            "aetdice - best": _paired(per_key["aetdice"], per_key[best]),
+            "aetdice_markov - best": _paired(per_key["aetdice_markov"], per_key[best]),
+            "aetdice_markov - aetdice": _paired(per_key["aetdice_markov"], per_key["aetdice"]),
+        }
+        log(f"{label}: " + ", ".join(f"{m} {v:.4f}" for m, v in out[label]["means"].items())
+            + f" ({time.perf_counter() - start:.0f} s)")  # fmt: skip
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="mo_halfcheetah", choices=("mo_hopper", "mo_halfcheetah"))
+    parser.add_argument("--objectives", default="tchebycheff/ser,threshold/esr")
+    parser.add_argument("--out", required=True)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    labels = args.objectives.split(",")
+    unknown = [label for label in labels if label not in M.OBJECTIVES or label.startswith("lin")]
+    if unknown:
+        raise ValueError(
+            f"--objectives must be nonlinear objectives of the suite "
+            f"{[o for o in M.OBJECTIVES if not o.startswith('lin')]}, got {unknown}"
+        )
+    results = probe(args.task, labels)
+    with open(args.out, "w") as f:
+        json.dump(
+            {"command": "python -m benchmarks.morl_policy_probe " + " ".join(argv),
+             "environment": environment(), "task": args.task, "seeds": M.SEEDS,
+             "results": results}, f, indent=1,
+        )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
