@@ -12,6 +12,19 @@ AETDICE forms to it and to each other, with their standard errors over the keys.
 The question it answers: whether the inputs the augmented state adds cost the weighted cloning
 more than the ratios gain where the ratios are nearly flat (``alpha = 1``).
 
+Runs at dbeb14d (``probes/morl_policy_*.json``; both reproduce the committed ``morl.json``
+cells key for key), margins paired over the 3 keys (mean, SE):
+
+* halfcheetah threshold ESR: the Markov extraction gains +0.0027 (0.0004) on the augmented
+  policy, every key higher, and leads the best baseline (SER-DICE) by +0.0004 (0.0002);
+* halfcheetah Tchebycheff SER: +0.0018 (0.0031); OptiDICE leads both forms;
+* hopper Nash SER: +0.0054 (0.0079); SER-DICE leads both forms, within the keys' noise
+  (the methods' scores range over -0.01 .. 0.09 from one dataset to the next);
+* hopper Nash ESR: -0.0034 (0.0015): there the augmented policy does better.
+
+So dropping the extra inputs is no uniform remedy: it pays on one ESR cell and costs on
+another.
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
