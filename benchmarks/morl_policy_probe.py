@@ -25,6 +25,17 @@ cells key for key), margins paired over the 3 keys (mean, SE):
 So dropping the extra inputs is no uniform remedy: it pays on one ESR cell and costs on
 another.
 
+The run that also records ``mean_returns`` and ``mu_last`` (this module on the library of
+bc381de; ``probes/morl_policy_halfcheetah_tchebycheff.json``, Tchebycheff SER alone) shows why
+OptiDICE leads there. Every nonlinear DICE
+method ends with ``mu`` on the run objective at all three preferences (``(0.699, 0.002)`` at
+``w = (0.7, 0.3)``), while at ``w = (0.5, 0.5)`` and ``(0.7, 0.3)`` the minimum of ``w_i (G_i -
+z_i)`` lies on energy, both at the data's mean return (0.113 against 0.321 at ``(0.7, 0.3)``;
+``z`` is the suite's reference point, :func:`benchmarks.morl.utilities`) and at every
+method's deployed returns. So the ratios push the objective that is not binding, and the
+linear method, whose ``mu = w``, does better on the Tchebycheff utility than the methods
+built for it.
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
@@ -46,6 +57,19 @@ from benchmarks.harness import environment
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
+LAST = 1000  # iterations the multipliers are averaged over
+
+
+def _data_returns(datasets) -> dict:
+    """The datasets' mean episode return, overall and per behaviour preference."""
+    returns = np.concatenate([np.asarray(envs.episode_returns(d)) for d in datasets])
+    preferences = np.concatenate([np.asarray(d.preferences) for d in datasets])
+    by_preference = {}
+    for p in np.unique(preferences, axis=0):
+        label = str([round(float(x), 3) for x in p])
+        by_preference[label] = returns[np.all(preferences == p, axis=1)].mean(0).tolist()
+    return {"all": returns.mean(0).tolist(), "by_preference": by_preference}
+
 
 def _paired(ours, theirs) -> dict:
     difference = np.asarray(ours) - np.asarray(theirs)
@@ -63,12 +87,22 @@ def probe(task_name: str, labels, log=print) -> dict:
     key = jax.random.key(M.TRAIN_KEY)
     gamma = 1.0 - 1.0 / task["horizon"]
 
-    def scores(seeded, objectives, keys) -> list:
-        return [
-            float(np.mean([score(p, o, k)["value"] for p, o, k in zip(policies, objectives, keys,
-                                                                      strict=True)]))
+    def scores(seeded, objectives, keys) -> tuple[list, list]:
+        """Per key: the mean value over the preferences, and the mean returns per preference."""
+        runs = [
+            [score(p, o, k) for p, o, k in zip(policies, objectives, keys, strict=True)]
             for policies in seeded
-        ]  # fmt: skip
+        ]
+        values = [float(np.mean([r["value"] for r in run])) for run in runs]
+        return values, [[r["mean_return"] for r in run] for run in runs]
+
+    def multipliers(seeded) -> list:
+        """Per key and preference, a DICE policy's multipliers ``mu`` over the last ``LAST``
+        iterations (the utility's supergradient the ratios were trained at)."""
+        return [
+            [np.asarray(p.metrics["mu"])[-LAST:].mean(0).tolist() for p in policies]
+            for policies in seeded
+        ]
 
     linear = [U.ser(u) for u in M.utilities("linear", data, prefs)]
     shared = {
@@ -92,10 +126,14 @@ def probe(task_name: str, labels, log=print) -> dict:
             lambda d, o, k, c: A.train_aetdice(d, o, k, c, markov_policy=True),
             data, objectives, key, config,
         )  # fmt: skip
-        per_key = {method: scores(s, objectives, keys) for method, s in seeded.items()}
+        scored = {method: scores(s, objectives, keys) for method, s in seeded.items()}
+        per_key = {method: values for method, (values, _) in scored.items()}
         best = max(M.BASELINES, key=lambda b: np.mean(per_key[b]))
         out[label] = {
             "per_key": per_key,
+            "mean_returns": {method: returns for method, (_, returns) in scored.items()},
+            "mu_last": {m: multipliers(s) for m, s in seeded.items() if m != "bc"},
+            "data_mean_return": _data_returns(data[: M.SEEDS]),
             "means": {method: float(np.mean(v)) for method, v in per_key.items()},
             "best_baseline": best,
             "aetdice - best": _paired(per_key["aetdice"], per_key[best]),
