@@ -44,6 +44,7 @@ built for it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -77,8 +78,10 @@ def _paired(ours, theirs) -> dict:
     return {"mean": float(difference.mean()), "se": se, "per_key": difference.tolist()}
 
 
-def probe(task_name: str, labels, log=print) -> dict:
+def probe(task_name: str, labels, log=print, mass_constraint: bool = True) -> dict:
     task = M.TASKS[task_name]
+    # every DICE method with or without the mass bound (:mod:`jaxopt_suite.rl.aetdice.dice`)
+    task = dict(task, dice=dataclasses.replace(task["dice"], mass_constraint=mass_constraint))
     start = time.perf_counter()
     data, spread, _ = M.task_data(task_name, task)
     log(f"data: {time.perf_counter() - start:.0f} s")
@@ -96,11 +99,12 @@ def probe(task_name: str, labels, log=print) -> dict:
         values = [float(np.mean([r["value"] for r in run])) for run in runs]
         return values, [[r["mean_return"] for r in run] for run in runs]
 
-    def multipliers(seeded) -> list:
-        """Per key and preference, a DICE policy's multipliers ``mu`` over the last ``LAST``
-        iterations (the utility's supergradient the ratios were trained at)."""
+    def last(seeded, metric) -> list:
+        """Per key and preference, a DICE policy's training ``metric`` averaged over the last
+        ``LAST`` iterations: ``mu`` (the utility's supergradient the ratios were trained at),
+        ``mass`` (the mass bound's multiplier) or ``ratio_mean`` (the batch mean of ``w*``)."""
         return [
-            [np.asarray(p.metrics["mu"])[-LAST:].mean(0).tolist() for p in policies]
+            [np.asarray(p.metrics[metric])[-LAST:].mean(0).tolist() for p in policies]
             for policies in seeded
         ]
 
@@ -132,7 +136,10 @@ def probe(task_name: str, labels, log=print) -> dict:
         out[label] = {
             "per_key": per_key,
             "mean_returns": {method: returns for method, (_, returns) in scored.items()},
-            "mu_last": {m: multipliers(s) for m, s in seeded.items() if m != "bc"},
+            **{
+                f"{metric}_last": {m: last(s, metric) for m, s in seeded.items() if m != "bc"}
+                for metric in ("mu", "mass", "ratio_mean")
+            },
             "data_mean_return": _data_returns(data[: M.SEEDS]),
             "means": {method: float(np.mean(v)) for method, v in per_key.items()},
             "best_baseline": best,
@@ -150,6 +157,10 @@ def main(argv=None) -> None:
     parser.add_argument("--task", default="mo_halfcheetah", choices=("mo_hopper", "mo_halfcheetah"))
     parser.add_argument("--objectives", default="tchebycheff/ser,threshold/esr")
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--without-mass-bound", action="store_true",
+        help="train every DICE method without the mass bound (DiceConfig.mass_constraint)",
+    )  # fmt: skip
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     labels = args.objectives.split(",")
@@ -159,11 +170,12 @@ def main(argv=None) -> None:
             f"--objectives must be nonlinear objectives of the suite "
             f"{[o for o in M.OBJECTIVES if not o.startswith('lin')]}, got {unknown}"
         )
-    results = probe(args.task, labels)
+    results = probe(args.task, labels, mass_constraint=not args.without_mass_bound)
     with open(args.out, "w") as f:
         json.dump(
             {"command": "python -m benchmarks.morl_policy_probe " + " ".join(argv),
              "environment": environment(), "task": args.task, "seeds": M.SEEDS,
+             "mass_constraint": not args.without_mass_bound,
              "results": results}, f, indent=1,
         )  # fmt: skip
 

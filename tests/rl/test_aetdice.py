@@ -108,6 +108,25 @@ def test_linear_utility_aetdice_matches_linear_optidice():
     assert values["aetdice"] == pytest.approx(values["optidice"], abs=5 * 0.015 * np.sqrt(2))
 
 
+def test_mass_multiplier_holds_the_ratios_mean_at_the_bound():
+    """Every balance episode runs to the horizon, so the flow gives the ratios mass exactly 1
+    (``c_1 = 1``). Without the mass bound the learned ratios' batch mean is far above it at
+    the end of training; with it (the default) it is 1 within 0.05, a band at least four
+    standard errors wide (from the batch means of ten blocks of 100 iterations)."""
+    tail = 1000
+    with_bound = _trained("tchebycheff").metrics
+    assert float(jnp.min(with_bound["mass"])) >= 0.0
+    assert float(with_bound["mass"][-1]) > 0.1  # the bound binds
+    blocks = np.asarray(with_bound["ratio_mean"][-tail:]).reshape(10, -1).mean(axis=1)
+    se = blocks.std(ddof=1) / np.sqrt(blocks.size)
+    assert 4 * se < 0.05
+    assert abs(blocks.mean() - 1.0) < 0.05
+    config = dataclasses.replace(CONFIG, mass_constraint=False)
+    without = A.train_aetdice(_dataset(), ESR_OBJECTIVES["tchebycheff"], jax.random.key(1), config)
+    np.testing.assert_array_equal(without.metrics["mass"], 0.0)
+    assert float(jnp.mean(without.metrics["ratio_mean"][-tail:])) > 1.3
+
+
 def test_markov_policy_extraction_clones_the_ratios_onto_the_observation():
     """``markov_policy``: the ratios of the augmented state, cloned into a policy of the
     observation alone. Under the linear utility (0.3, 0.7) the best policy always chooses

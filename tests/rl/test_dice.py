@@ -40,6 +40,8 @@ def test_bad_config_raises():
         dice.DiceConfig(divergence="tv").checked()
     with pytest.raises(ValueError, match="alpha must be > 0"):
         dice.DiceConfig(alpha=0.0).checked()
+    with pytest.raises(ValueError, match="mass_learning_rate must be > 0"):
+        dice.DiceConfig(mass_learning_rate=-1e-3).checked()
     with pytest.raises(ValueError, match="iterations must be an integer >= 1"):
         dice.DiceConfig(iterations=0).checked()
     for fraction in (-0.1, 1.5, float("nan")):
@@ -111,38 +113,49 @@ def _balance_population(objective, behaviour=0.5):
     return rows, data, problem, jnp.asarray(steps), occupancy, len(states)
 
 
-def _solve_dual(config, data, problem, steps, num_states):
+def _solve_dual(config, data, problem, steps, num_states, with_mass=False):
+    """Minimises the dual over a tabular ``nu``, ``mu`` and, ``with_mass``, the mass bound's
+    multiplier ``lambda >= 0``; returns the minimum and every distinct transition's residual
+    (shifted by ``lambda``: the ratios' argument)."""
+
     def nu_apply(params, features):
         return features @ params
 
     starts = jnp.zeros((1,), jnp.int32)
     dual_size = problem.outer.dual_size
 
+    def unpack(flat):
+        nu, dual = flat[:num_states], flat[num_states : num_states + dual_size]
+        return nu, dual, (flat[-1] if with_mass else None)
+
     @jax.jit
     def loss_and_grad(flat):
         def loss(flat):
+            nu, dual, mass = unpack(flat)
             return dice.dual_loss(
-                config, nu_apply, flat[:num_states], flat[num_states:], data, problem,
-                steps, starts,
-            )[0]  # fmt: skip
+                config, nu_apply, nu, dual, data, problem, steps, starts, mass=mass
+            )[0]
 
         return jax.value_and_grad(loss)(flat)
 
-    start = np.concatenate([np.zeros(num_states), np.asarray(problem.initial_dual)])
+    start = [np.zeros(num_states), np.asarray(problem.initial_dual)]
+    bounds = [(None, None)] * (num_states + dual_size)
+    if with_mass:
+        start.append(np.zeros(1))
+        bounds.append((0.0, None))
     result = scipy.optimize.minimize(
         lambda v: tuple(np.asarray(a, np.float64) for a in loss_and_grad(jnp.asarray(v))),
-        start, jac=True, method="L-BFGS-B", options={"maxiter": 5000, "gtol": 1e-10,
-                                                        "ftol": 1e-15},
+        np.concatenate(start), jac=True, method="L-BFGS-B", bounds=bounds,
+        options={"maxiter": 5000, "gtol": 1e-10, "ftol": 1e-15},
     )  # fmt: skip
-    flat = jnp.asarray(result.x, jnp.float32)
-    value, e = dice.dual_loss(
-        config, nu_apply, flat[:num_states], flat[num_states : num_states + dual_size], data,
-        problem, steps, starts,
-    )  # fmt: skip
+    nu, dual, mass = unpack(jnp.asarray(result.x, jnp.float32))
+    value, _ = dice.dual_loss(
+        config, nu_apply, nu, dual, data, problem, steps, starts, mass=mass
+    )
     # the residuals of every distinct transition (in the order of the rows)
     _, e = dice.dual_loss(
-        config, nu_apply, flat[:num_states], flat[num_states:], data, problem,
-        jnp.arange(data.features.shape[0]), starts,
+        config, nu_apply, nu, dual, data, problem, jnp.arange(data.features.shape[0]), starts,
+        mass=mass,
     )  # fmt: skip
     return float(value), np.asarray(e, np.float64)
 
@@ -153,16 +166,20 @@ OBJECTIVES = {
 }
 
 
+@pytest.mark.parametrize("with_mass", [False, True])
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
 @pytest.mark.parametrize("divergence", ["soft_chi2", "kl"])
-def test_finite_horizon_dual_gives_exact_occupancy_ratios(name, divergence):
+def test_finite_horizon_dual_gives_exact_occupancy_ratios(name, divergence, with_mass):
+    # with_mass: the mass bound (every episode runs to the horizon, so the flow implies it
+    # with equality) leaves the optimum, its ratios and the dual's value as they are
     objective = OBJECTIVES[name]
     alpha = 0.2
     config = dice.DiceConfig(divergence=divergence, alpha=alpha, gradient_penalty=0.0)
     rows, data, problem, steps, d_data, num_states = _balance_population(objective)
-    dual_value, e = _solve_dual(config, data, problem, steps, num_states)
+    dual_value, e = _solve_dual(config, data, problem, steps, num_states, with_mass)
     w = np.asarray(dice.ratio(divergence, jnp.asarray(e / alpha)), np.float64)
     d = w * d_data  # the occupancy the dual's ratios describe
+    assert np.sum(d) == pytest.approx(1.0, abs=1e-3)
 
     # 1. Bellman flow: mass 1/T enters at (0, 0); each (t + 1, k') receives what leaves.
     inflow = {(0, 0): 1.0 / HORIZON}
@@ -216,3 +233,44 @@ def test_vanishing_regulariser_recovers_the_optimum(name):
     assert achieved == pytest.approx(best, rel=2e-2)
     # the data's own policy is clearly worse, so the check can fail
     assert exact.value(objective, 0.5, HORIZON, 0.0) < best - 0.05 * abs(best)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_mass_multiplier_holds_the_occupancy_to_its_bound(sign):
+    # nu fixed at zero cannot shift the residuals: the ratios' mass c_1 E_D[w] then follows
+    # the rewards, above 1 for these (sign 1), below for their negatives (sign -1). The
+    # multiplier minimising the dual brings an excess mass down to the bound exactly
+    # (d/d lambda = 1 - c_1 E_D[w]) and stays at 0 where the bound does not bind.
+    objective = U.ser(U.linear([0.5, 0.5]))
+    _, data, problem, steps, _, _ = _balance_population(objective)
+    problem = problem._replace(rewards=sign * problem.rewards, step_weight=jnp.asarray(0.8))
+    config = dice.DiceConfig(divergence="soft_chi2", alpha=0.2, gradient_penalty=0.0)
+    starts = jnp.zeros((1,), jnp.int32)
+
+    def nu_apply(params, features):
+        return jnp.zeros(features.shape[:-1])
+
+    @jax.jit
+    def dual(mass):
+        # the loss's mean over ``steps`` (the rows repeated as often as d^D holds them)
+        value, e = dice.dual_loss(
+            config, nu_apply, None, problem.initial_dual, data, problem, steps, starts,
+            mass=mass,
+        )  # fmt: skip
+        return value, problem.step_weight * jnp.mean(dice.ratio(config.divergence, e / 0.2))
+
+    def evaluate(lam):
+        value, mass = dual(jnp.asarray(lam, jnp.float32))
+        return float(value), float(mass)
+
+    found = scipy.optimize.minimize_scalar(
+        lambda lam: evaluate(lam)[0], bounds=(0.0, 20.0), method="bounded",
+        options={"xatol": 1e-7},
+    )  # fmt: skip
+    if sign > 0:
+        assert evaluate(0.0)[1] > 1.2  # the bound binds
+        assert found.x > 1e-2
+        assert evaluate(found.x)[1] == pytest.approx(1.0, abs=1e-4)
+    else:
+        assert evaluate(0.0)[1] < 0.9
+        assert found.x == pytest.approx(0.0, abs=1e-4)

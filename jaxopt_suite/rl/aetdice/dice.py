@@ -27,7 +27,30 @@ where ``f*`` is the convex conjugate of ``f`` on ``w >= 0`` and the optimal rati
   objective is ``g(E[h(G)]) / T`` and ``nu`` is indexed by time through its input.
 
 Both are divided by a reward scale ``sigma`` (the spread of the per-step rewards), which
-makes ``alpha`` comparable across tasks. The policy is fitted by weighted behaviour cloning,
+makes ``alpha`` comparable across tasks.
+
+**Mass bound** (``DiceConfig.mass_constraint``; OptiDICE's normalisation ``E_D[w] = 1``, here
+an inequality). Every occupancy the flow admits has mass ``c_1 E_D[w] <= 1``: the finite
+horizon's sums to the policy's mean episode length over ``T``, the discounted one to 1 less
+what ending episodes take out of it, so equality holds only where every episode runs to the
+horizon (not on the hopper, which falls). With ``nu`` a network the dual does not keep to it
+by itself: the shift of ``nu`` that moves every residual alike (``kappa (T - t)`` under the
+finite horizon) is a slow direction for the network, and on the ``morl`` suite's halfcheetah
+data the batch mean of ``w*`` stayed far above 1 through training
+(``benchmarks.morl_policy_probe`` records it). The estimated returns are then inflated as
+much, which misleads a nonlinear utility: under Tchebycheff, ``mu`` settled on the run
+objective where energy's term binds. The bound enters with its own multiplier
+``lambda >= 0``, which takes projected Adam steps at ``mass_learning_rate`` (ten times
+``mu``'s: at ``mu``'s, ``lambda`` had not caught up with the excess mass after thousands of
+iterations there):
+
+.. math::
+  L(\\nu, \\mu, \\lambda) = \\lambda + L(\\nu, \\mu)\\big|_{e_\\nu \\to e_\\nu - \\lambda},
+  \\qquad w^* = \\max\\big(0, (f')^{-1}((e_\\nu - \\lambda) / \\alpha)\\big),
+
+whose gradient in ``lambda`` is ``1 - c_1 E_D[w*]``.
+
+The policy is fitted by weighted behaviour cloning,
 ``max E_D[w* log pi(a|s)]`` with ``w*`` normalised over the batch (OptiDICE's extraction),
 into a mixture of Gaussians: the re-weighted behaviour distribution is multimodal wherever
 the data's actions are.
@@ -126,6 +149,9 @@ class DiceConfig:
     final_lr_fraction: float = 0.05
     # the policy also takes each episode's behaviour preference (module docstring)
     behaviour_conditioned: bool = False
+    # the occupancy's mass bound c_1 E_D[w] <= 1 with its own multiplier (module docstring)
+    mass_constraint: bool = True
+    mass_learning_rate: float = 3e-2  # the mass bound's multiplier lambda (module docstring)
 
     def __post_init__(self):
         # tuples, so the config hashes (it keys the compiled training functions)
@@ -139,7 +165,7 @@ class DiceConfig:
             self,
             integers=("iterations", "batch_size"),
             nonnegative=("gradient_penalty",),
-            positive=("alpha", "learning_rate", "dual_learning_rate"),
+            positive=("alpha", "learning_rate", "dual_learning_rate", "mass_learning_rate"),
         )
         if not 0.0 <= self.final_lr_fraction <= 1.0:
             raise ValueError(f"final_lr_fraction must be in [0, 1], got {self.final_lr_fraction!r}")
@@ -182,11 +208,13 @@ class DiceParams(NamedTuple):
     dual: jax.Array  # (dual_size,) unconstrained parameters of mu
     policy: Any
     residual: Any  # the residual model's: E[r / std | s, a] and E[gamma_t nu(s') | s, a]
+    mass: jax.Array  # () lambda >= 0, the mass bound's multiplier (0 while it is off)
 
 
 class DiceResult(NamedTuple):
     params: DiceParams
-    metrics: dict  # per iteration: loss, policy_loss, ratio_mean, ratio_max, mu (k,)
+    # per iteration: loss, policy_loss, ratio_mean, ratio_max, mu (k,), mass (lambda)
+    metrics: dict
 
 
 def step_count(data: DiceData) -> int | jax.Array:
@@ -236,9 +264,14 @@ def nu_values(nu_apply, nu_params, data: DiceData, features: jax.Array) -> jax.A
 def dual_loss(
     config: DiceConfig, nu_apply, nu_params, dual, data: DiceData, problem: DiceProblem,
     steps: jax.Array, starts: jax.Array, expected: jax.Array | None = None,
+    mass: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:  # fmt: skip
     """``L(nu, mu)`` (module docstring) on the transitions ``steps`` and the episodes
     ``starts`` (index arrays); returns the loss and the sampled Bellman residuals ``e``.
+
+    With ``mass`` (the multiplier ``lambda >= 0`` of the mass bound ``c_1 E_D[w] <= 1``) it is
+    ``L(nu, mu, lambda)``: every residual is shifted to ``e - lambda`` and ``lambda`` is added,
+    and the residuals returned are the shifted ones, those the ratio ``w*`` reads.
 
     With ``expected`` (an estimate of ``E[e | s, a]`` per step, no gradient) the inner
     maximum is taken at ``w* = w*(expected)``, i.e. the Lagrangian ``E_D[w* e - alpha f(w*)]``
@@ -261,6 +294,11 @@ def dual_loss(
         + data.continues[steps] * nu_of(data.next_features[steps])
         - value
     )
+    if mass is not None:
+        e = e - mass
+        # w* takes no gradient (as ``expected``): the Lagrangian's gradient in lambda is then
+        # the dual's, 1 - c_1 E_D[w*]
+        expected = None if expected is None else expected - jax.lax.stop_gradient(mass)
     if expected is None:
         inner = config.alpha * conjugate(config.divergence, e / config.alpha)
     else:
@@ -269,6 +307,8 @@ def dual_loss(
     outer_term = (mu @ problem.offset - problem.outer.conjugate(mu)) / problem.scale
     initial = jnp.mean(nu_of(data.initial_features[starts]))
     loss = problem.initial_weight * (outer_term + initial) + problem.step_weight * jnp.mean(inner)
+    if mass is not None:
+        loss = loss + mass
     return loss + penalty, e
 
 
@@ -326,6 +366,11 @@ def _schedule(config: DiceConfig, rate: float):
     return optax.cosine_decay_schedule(rate, config.iterations, config.final_lr_fraction)
 
 
+def _critic(params: DiceParams) -> dict:
+    """The parameters the dual loss trains, by name (the optimiser's labels)."""
+    return {"nu": params.nu, "dual": params.dual, "residual": params.residual, "mass": params.mass}
+
+
 def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     """``fit(data, problem, key) -> DiceResult``: one jitted scan of ``config.iterations``
     Adam steps on ``nu``, ``mu``, the expected-residual network and the policy (concurrently,
@@ -359,8 +404,13 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
             "nu": optax.adam(_schedule(config, config.learning_rate)),
             "dual": optax.adam(_schedule(config, config.dual_learning_rate)),
             "residual": optax.adam(_schedule(config, config.learning_rate)),
+            "mass": (
+                optax.adam(_schedule(config, config.mass_learning_rate))
+                if config.mass_constraint
+                else optax.set_to_zero()
+            ),
         },
-        {"nu": "nu", "dual": "dual", "residual": "residual"},
+        {"nu": "nu", "dual": "dual", "residual": "residual", "mass": "mass"},
     )
     policy_optimizer = optax.adam(config.learning_rate)
 
@@ -387,8 +437,9 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
             dual=problem.initial_dual,
             policy=policy_net.init(k_pi, jnp.zeros((1, policy_size + label_size))),
             residual=residual_net.init(k_residual, jnp.zeros((1, feature_size + action_size))),
+            mass=jnp.zeros(()),
         )
-        critic = {"nu": params.nu, "dual": params.dual, "residual": params.residual}
+        critic = _critic(params)
         carry = (params, critic_optimizer.init(critic), policy_optimizer.init(params.policy))
         policy_stats = policy_statistics(data, conditioned)
         num_steps, num_episodes = step_count(data), data.initial_features.shape[0]
@@ -414,24 +465,29 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
             )
             regression = jnp.mean(jnp.sum((predicted[:, :reward_size] - rewards) ** 2, -1))
             regression += jnp.mean((predicted[:, reward_size] - bootstrap) ** 2)
+            expected = jax.lax.stop_gradient(expected)
+            mass = critic["mass"] if config.mass_constraint else None
             loss, _ = dual_loss(
                 config, nu_net.apply, critic["nu"], critic["dual"], data, problem, steps,
-                starts, jax.lax.stop_gradient(expected),
+                starts, expected, mass,
             )  # fmt: skip
-            return loss + regression, (loss, expected)
+            # the ratios' argument: the expected residual less the mass bound's multiplier
+            return loss + regression, (loss, expected - critic["mass"])
 
         def step(carry, key):
             params, critic_state, policy_state = carry
             k_steps, k_starts = jax.random.split(key)
             steps = jax.random.randint(k_steps, (config.batch_size,), 0, num_steps)
             starts = jax.random.randint(k_starts, (config.batch_size,), 0, num_episodes)
-            critic = {"nu": params.nu, "dual": params.dual, "residual": params.residual}
+            critic = _critic(params)
             if weighted:
                 (_, (loss, expected)), grads = jax.value_and_grad(critic_loss, has_aux=True)(
                     critic, steps, starts
                 )
                 updates, critic_state = critic_optimizer.update(grads, critic_state, critic)
                 critic = optax.apply_updates(critic, updates)
+                # projected onto lambda >= 0 (the bound is an inequality)
+                critic["mass"] = jnp.maximum(critic["mass"], 0.0)
                 weights = ratio(config.divergence, expected / config.alpha)
             else:
                 loss = jnp.zeros(())
@@ -443,13 +499,16 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
             )(params.policy)
             pi_updates, policy_state = policy_optimizer.update(pi_grads, policy_state)
             policy = optax.apply_updates(params.policy, pi_updates)
-            params = DiceParams(critic["nu"], critic["dual"], policy, critic["residual"])
+            params = DiceParams(
+                critic["nu"], critic["dual"], policy, critic["residual"], critic["mass"]
+            )
             metrics = {
                 "loss": loss,
                 "policy_loss": pi_loss,
                 "ratio_mean": jnp.mean(weights),
                 "ratio_max": jnp.max(weights),
                 "mu": problem.outer.multipliers(params.dual),
+                "mass": params.mass,
             }
             return (params, critic_state, policy_state), metrics
 
