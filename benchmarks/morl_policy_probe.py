@@ -36,9 +36,24 @@ method's deployed returns. So the ratios push the objective that is not binding,
 linear method, whose ``mu = w``, does better on the Tchebycheff utility than the methods
 built for it.
 
+With the mass bound (the DICE dual's ``c_1 E_D[w] <= 1``, :mod:`jaxopt_suite.rl.aetdice.dice`;
+this module at 4b66c06, ``probes/morl_mass_halfcheetah.json``, 37 min here; BC(P), which has
+no ratios, reproduces its scores above key for key) every DICE method's batch mean of ``w*``
+ends at 1.00 and, under Tchebycheff SER, AETDICE's ``mu`` moves to energy at ``w = (0.7, 0.3)``
+(``(0.003, 0.299)``) and splits at ``(0.5, 0.5)``. Against the runs above, key by key:
+
+* halfcheetah Tchebycheff SER: SER-DICE +0.025 and AETDICE +0.026 (every key higher),
+  OptiDICE +0.0025; AETDICE (0.2652) now leads OptiDICE (0.2479), and the best baseline,
+  SER-DICE (0.2638), by +0.0014 (paired SE 0.0018: SER-DICE solves the same problem);
+* halfcheetah threshold ESR: within noise (AETDICE +0.0007); AETDICE 2.1250 trails the best
+  baseline (OptiDICE, 2.1267) by -0.0017 (SE 0.0024).
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
+        --objectives tchebycheff/ser,threshold/esr \\
+        --out benchmarks/results/probes/morl_mass_halfcheetah.json
 """
 
 from __future__ import annotations

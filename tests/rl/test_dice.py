@@ -149,9 +149,7 @@ def _solve_dual(config, data, problem, steps, num_states, with_mass=False):
         options={"maxiter": 5000, "gtol": 1e-10, "ftol": 1e-15},
     )  # fmt: skip
     nu, dual, mass = unpack(jnp.asarray(result.x, jnp.float32))
-    value, _ = dice.dual_loss(
-        config, nu_apply, nu, dual, data, problem, steps, starts, mass=mass
-    )
+    value, _ = dice.dual_loss(config, nu_apply, nu, dual, data, problem, steps, starts, mass=mass)
     # the residuals of every distinct transition (in the order of the rows)
     _, e = dice.dual_loss(
         config, nu_apply, nu, dual, data, problem, jnp.arange(data.features.shape[0]), starts,

@@ -35,14 +35,14 @@ horizon's sums to the policy's mean episode length over ``T``, the discounted on
 what ending episodes take out of it, so equality holds only where every episode runs to the
 horizon (not on the hopper, which falls). With ``nu`` a network the dual does not keep to it
 by itself: the shift of ``nu`` that moves every residual alike (``kappa (T - t)`` under the
-finite horizon) is a slow direction for the network, and on the ``morl`` suite's halfcheetah
-data the batch mean of ``w*`` stayed far above 1 through training
-(``benchmarks.morl_policy_probe`` records it). The estimated returns are then inflated as
-much, which misleads a nonlinear utility: under Tchebycheff, ``mu`` settled on the run
-objective where energy's term binds. The bound enters with its own multiplier
-``lambda >= 0``, which takes projected Adam steps at ``mass_learning_rate`` (ten times
-``mu``'s: at ``mu``'s, ``lambda`` had not caught up with the excess mass after thousands of
-iterations there):
+finite horizon) is a slow direction for the network, and on the balance task's data the
+ratios' batch mean ends training above 1.3 without the bound (``tests/rl/test_aetdice.py``).
+The estimated returns are then inflated as much, which misleads a nonlinear utility: on the
+``morl`` suite's halfcheetah data under Tchebycheff, ``mu`` settled on the run objective
+where energy's term binds (``benchmarks.morl_policy_probe``). The bound enters with its own
+multiplier ``lambda >= 0``, which takes projected Adam steps at ``mass_learning_rate``
+(``3e-2``, ten times ``mu``'s: ``lambda`` climbs from 0 to several units, up to 6.5 on that
+data, ``probes/morl_mass_halfcheetah.json``):
 
 .. math::
   L(\\nu, \\mu, \\lambda) = \\lambda + L(\\nu, \\mu)\\big|_{e_\\nu \\to e_\\nu - \\lambda},
