@@ -48,9 +48,15 @@ ends at 1.00 and, under Tchebycheff SER, AETDICE's ``mu`` moves to energy at ``w
 * halfcheetah threshold ESR: within noise (AETDICE +0.0007); AETDICE 2.1250 trails the best
   baseline (OptiDICE, 2.1267) by -0.0017 (SE 0.0024).
 
+The runs before ``morl_mass_halfcheetah.json`` were made without the mass bound, which is on by
+default since 4b66c06: to train as they did at a later commit, add ``--without-mass-bound``.
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
+        --objectives tchebycheff/ser \\
+        --out benchmarks/results/probes/morl_policy_halfcheetah_tchebycheff.json
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_mass_halfcheetah.json

@@ -249,17 +249,18 @@ def test_mass_multiplier_holds_the_occupancy_to_its_bound(sign):
         return jnp.zeros(features.shape[:-1])
 
     @jax.jit
-    def dual(mass):
+    def dual(lam):
         # the loss's mean over ``steps`` (the rows repeated as often as d^D holds them)
         value, e = dice.dual_loss(
             config, nu_apply, None, problem.initial_dual, data, problem, steps, starts,
-            mass=mass,
+            mass=lam,
         )  # fmt: skip
-        return value, problem.step_weight * jnp.mean(dice.ratio(config.divergence, e / 0.2))
+        ratios = dice.ratio(config.divergence, e / config.alpha)
+        return value, problem.step_weight * jnp.mean(ratios)
 
-    def evaluate(lam):
-        value, mass = dual(jnp.asarray(lam, jnp.float32))
-        return float(value), float(mass)
+    def evaluate(lam):  # the dual's value and the ratios' mass c_1 E_D[w] at lambda
+        value, occupancy_mass = dual(jnp.asarray(lam, jnp.float32))
+        return float(value), float(occupancy_mass)
 
     found = scipy.optimize.minimize_scalar(
         lambda lam: evaluate(lam)[0], bounds=(0.0, 20.0), method="bounded",
