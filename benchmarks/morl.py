@@ -502,7 +502,6 @@ def _summarise(results, tasks, quick) -> SuiteResult:
         "evaluation_episodes": EVAL_EPISODES,
         "seeds": SEEDS,
         "linear_seeds": LINEAR_SEEDS,
-        "datasets_per_task": LINEAR_SEEDS,  # replicate s trains with key s (module docstring)
         "bootstrap": BOOTSTRAP,
     }
     return SuiteResult("morl", quick, parameters, results, summary, targets)
