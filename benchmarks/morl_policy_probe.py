@@ -99,12 +99,23 @@ def _paired(ours, theirs) -> dict:
     return {"mean": float(difference.mean()), "se": se, "per_key": difference.tolist()}
 
 
-def probe(task_name: str, labels, log=print, mass_constraint: bool = True) -> dict:
+def probe(
+    task_name: str, labels, log=print, mass_constraint: bool = True, replicates=None,
+) -> dict:  # fmt: skip
+    """Scores on the suite's datasets and training keys, or with ``replicates`` (held out:
+    ``>= LINEAR_SEEDS``) on those replicates of the data-making instead, replicate ``r`` with
+    the training key ``fold_in(key(TRAIN_KEY), r)``; the suite's datasets still fix the reward
+    normalisation and the utilities' parameters, as in :mod:`benchmarks.morl_probe`."""
     task = M.TASKS[task_name]
     # every DICE method with or without the mass bound (:mod:`jaxopt_suite.rl.aetdice.dice`)
     task = dict(task, dice=dataclasses.replace(task["dice"], mass_constraint=mass_constraint))
     start = time.perf_counter()
     data, spread, _ = M.task_data(task_name, task)
+    if replicates is None:
+        training, seeds = data, range(M.SEEDS)
+    else:
+        held_out = M.task_data(task_name, task, replicates, spread)[0]
+        training, seeds = dict(zip(replicates, held_out, strict=True)), list(replicates)
     log(f"data: {time.perf_counter() - start:.0f} s")
     score = M._Scorer(envs.make_multi_objective(task_name), spread, M.EVAL_EPISODES[task_name])
     config, prefs = task["dice"], task["preferences"]
@@ -131,8 +142,10 @@ def probe(task_name: str, labels, log=print, mass_constraint: bool = True) -> di
 
     linear = [U.ser(u) for u in M.utilities("linear", data, prefs)]
     shared = {
-        "optidice": M._seeded(A.train_optidice, data, linear, key, config, discount=gamma),
-        "bc": M._seeded(M._paired_bc, data, linear, key, config),
+        "optidice": M._seeded(
+            A.train_optidice, training, linear, key, config, seeds, discount=gamma
+        ),
+        "bc": M._seeded(M._paired_bc, training, linear, key, config, seeds),
     }
     log(f"optidice, bc trained: {time.perf_counter() - start:.0f} s")
     out: dict = {}
@@ -143,13 +156,13 @@ def probe(task_name: str, labels, log=print, mass_constraint: bool = True) -> di
         keys = M.evaluation_keys(label, len(objectives))
         seeded = dict(shared)
         seeded["serdice"] = M._seeded(
-            A.train_serdice, data, [U.ser(u) for u in family_utilities], key, config,
-            discount=gamma,
+            A.train_serdice, training, [U.ser(u) for u in family_utilities], key, config,
+            seeds, discount=gamma,
         )  # fmt: skip
-        seeded["aetdice"] = M._seeded(A.train_aetdice, data, objectives, key, config)
+        seeded["aetdice"] = M._seeded(A.train_aetdice, training, objectives, key, config, seeds)
         seeded["aetdice_markov"] = M._seeded(
             lambda d, o, k, c: A.train_aetdice(d, o, k, c, markov_policy=True),
-            data, objectives, key, config,
+            training, objectives, key, config, seeds,
         )  # fmt: skip
         scored = {method: scores(s, objectives, keys) for method, s in seeded.items()}
         per_key = {method: values for method, (values, _) in scored.items()}
@@ -161,7 +174,7 @@ def probe(task_name: str, labels, log=print, mass_constraint: bool = True) -> di
                 f"{metric}_last": {m: last(s, metric) for m, s in seeded.items() if m != "bc"}
                 for metric in ("mu", "mass", "ratio_mean")
             },
-            "data_mean_return": _data_returns(data[: M.SEEDS]),
+            "data_mean_return": _data_returns([training[s] for s in seeds]),
             "means": {method: float(np.mean(v)) for method, v in per_key.items()},
             "best_baseline": best,
             "aetdice - best": _paired(per_key["aetdice"], per_key[best]),
@@ -182,8 +195,21 @@ def main(argv=None) -> None:
         "--without-mass-bound", action="store_true",
         help="train every DICE method without the mass bound (DiceConfig.mass_constraint)",
     )  # fmt: skip
+    parser.add_argument(
+        "--replicates", default=None,
+        help="held-out replicates of the data-making to train on (>= LINEAR_SEEDS; by default "
+        "the suite's datasets and training keys)",
+    )  # fmt: skip
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    replicates = None
+    if args.replicates is not None:
+        replicates = [int(r) for r in args.replicates.split(",")]
+        if any(r < M.LINEAR_SEEDS for r in replicates) or len(set(replicates)) < 2:
+            raise ValueError(
+                f"--replicates must be at least two distinct held-out replicates >= "
+                f"{M.LINEAR_SEEDS} (the suite's are 0..{M.LINEAR_SEEDS - 1}), got {replicates}"
+            )
     labels = args.objectives.split(",")
     unknown = [label for label in labels if label not in M.OBJECTIVES or label.startswith("lin")]
     if unknown:
@@ -191,13 +217,16 @@ def main(argv=None) -> None:
             f"--objectives must be nonlinear objectives of the suite "
             f"{[o for o in M.OBJECTIVES if not o.startswith('lin')]}, got {unknown}"
         )
-    results = probe(args.task, labels, mass_constraint=not args.without_mass_bound)
+    results = probe(
+        args.task, labels, mass_constraint=not args.without_mass_bound, replicates=replicates
+    )
     with open(args.out, "w") as f:
         json.dump(
             {"command": "python -m benchmarks.morl_policy_probe " + " ".join(argv),
-             "environment": environment(), "task": args.task, "seeds": M.SEEDS,
+             "environment": environment(), "task": args.task,
+             "seeds": M.SEEDS if replicates is None else len(replicates),
              "mass_constraint": not args.without_mass_bound,
-             "results": results}, f, indent=1,
+             "replicates": replicates, "results": results}, f, indent=1,
         )  # fmt: skip
 
 

@@ -163,3 +163,14 @@ def test_the_policy_probe_refuses_objectives_the_suite_does_not_score(tmp_path):
             out = str(tmp_path / "x")
             morl_policy_probe.main(["--objectives", f"nash/ser,{bad}", "--out", out])
     assert not (tmp_path / "x").exists()
+
+
+def test_the_policy_probe_refuses_the_suites_own_datasets_as_held_out(tmp_path):
+    """``--replicates`` is for held-out data (the suite's keys are the default): a suite
+    replicate, or a single replicate (no standard error over one), is refused before any
+    training."""
+    out = tmp_path / "x.json"
+    for bad in ("5,4", "6"):
+        with pytest.raises(ValueError, match=r"--replicates must be at least two distinct"):
+            morl_policy_probe.main(["--replicates", bad, "--out", str(out)])
+    assert not out.exists()
