@@ -97,6 +97,14 @@ from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
 LAST = 1000  # iterations the multipliers are averaged over
+# AETDICE's forms a probe can score: the policy's inputs and the rewards' anchor
+# (:func:`jaxopt_suite.rl.aetdice.train_aetdice`); "aetdice" is the library's default
+VARIANTS = {
+    "aetdice": {},
+    "aetdice_markov": {"markov_policy": True},
+    "aetdice_accumulated": {"telescoping": "accumulated"},
+    "aetdice_accumulated_markov": {"telescoping": "accumulated", "markov_policy": True},
+}
 
 
 def _data_returns(datasets) -> dict:
@@ -118,11 +126,14 @@ def _paired(ours, theirs) -> dict:
 
 def probe(
     task_name: str, labels, log=print, mass_constraint: bool = True, replicates=None,
+    variants=("aetdice", "aetdice_markov"),
 ) -> dict:  # fmt: skip
     """Scores on the suite's datasets and training keys, or with ``replicates`` (held out:
     ``>= LINEAR_SEEDS``) on those replicates of the data-making instead, replicate ``r`` with
     the training key ``fold_in(key(TRAIN_KEY), r)``; the suite's datasets still fix the reward
-    normalisation and the utilities' parameters, as in :mod:`benchmarks.morl_probe`."""
+    normalisation and the utilities' parameters, as in :mod:`benchmarks.morl_probe`.
+    ``variants``: the AETDICE forms scored (:data:`VARIANTS`; ``"aetdice"`` always)."""
+    variants = ["aetdice", *(v for v in variants if v != "aetdice")]
     task = M.TASKS[task_name]
     # every DICE method with or without the mass bound (:mod:`jaxopt_suite.rl.aetdice.dice`)
     task = dict(task, dice=dataclasses.replace(task["dice"], mass_constraint=mass_constraint))
@@ -176,11 +187,10 @@ def probe(
             A.train_serdice, training, [U.ser(u) for u in family_utilities], key, config,
             seeds, discount=gamma,
         )  # fmt: skip
-        seeded["aetdice"] = M._seeded(A.train_aetdice, training, objectives, key, config, seeds)
-        seeded["aetdice_markov"] = M._seeded(
-            lambda d, o, k, c: A.train_aetdice(d, o, k, c, markov_policy=True),
-            training, objectives, key, config, seeds,
-        )  # fmt: skip
+        for variant in variants:
+            seeded[variant] = M._seeded(
+                A.train_aetdice, training, objectives, key, config, seeds, **VARIANTS[variant]
+            )
         scored = {method: scores(s, objectives, keys) for method, s in seeded.items()}
         per_key = {method: values for method, (values, _) in scored.items()}
         best = max(M.BASELINES, key=lambda b: np.mean(per_key[b]))
@@ -194,9 +204,8 @@ def probe(
             "data_mean_return": _data_returns([training[s] for s in seeds]),
             "means": {method: float(np.mean(v)) for method, v in per_key.items()},
             "best_baseline": best,
-            "aetdice - best": _paired(per_key["aetdice"], per_key[best]),
-            "aetdice_markov - best": _paired(per_key["aetdice_markov"], per_key[best]),
-            "aetdice_markov - aetdice": _paired(per_key["aetdice_markov"], per_key["aetdice"]),
+            **{f"{v} - best": _paired(per_key[v], per_key[best]) for v in variants},
+            **{f"{v} - aetdice": _paired(per_key[v], per_key["aetdice"]) for v in variants[1:]},
         }
         log(f"{label}: " + ", ".join(f"{m} {v:.4f}" for m, v in out[label]["means"].items())
             + f" ({time.perf_counter() - start:.0f} s)")  # fmt: skip
@@ -217,6 +226,10 @@ def main(argv=None) -> None:
         help="held-out replicates of the data-making to train on (>= LINEAR_SEEDS; by default "
         "the suite's datasets and training keys)",
     )  # fmt: skip
+    parser.add_argument(
+        "--variants", default="aetdice,aetdice_markov",
+        help=f"the AETDICE forms to score, among {list(VARIANTS)} ('aetdice' always)",
+    )  # fmt: skip
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     replicates = None
@@ -227,6 +240,10 @@ def main(argv=None) -> None:
                 f"--replicates must be at least two distinct held-out replicates >= "
                 f"{M.LINEAR_SEEDS} (the suite's are 0..{M.LINEAR_SEEDS - 1}), got {replicates}"
             )
+    variants = args.variants.split(",")
+    if any(v not in VARIANTS for v in variants):
+        raise ValueError(f"--variants must be among {list(VARIANTS)}, got {variants}")
+    variants = ["aetdice", *(v for v in variants if v != "aetdice")]
     labels = args.objectives.split(",")
     unknown = [label for label in labels if label not in M.OBJECTIVES or label.startswith("lin")]
     if unknown:
@@ -235,15 +252,16 @@ def main(argv=None) -> None:
             f"{[o for o in M.OBJECTIVES if not o.startswith('lin')]}, got {unknown}"
         )
     results = probe(
-        args.task, labels, mass_constraint=not args.without_mass_bound, replicates=replicates
-    )
+        args.task, labels, mass_constraint=not args.without_mass_bound, replicates=replicates,
+        variants=variants,
+    )  # fmt: skip
     with open(args.out, "w") as f:
         json.dump(
             {"command": "python -m benchmarks.morl_policy_probe " + " ".join(argv),
              "environment": environment(), "task": args.task,
              "seeds": M.SEEDS if replicates is None else len(replicates),
              "mass_constraint": not args.without_mass_bound,
-             "replicates": replicates, "results": results}, f, indent=1,
+             "replicates": replicates, "variants": variants, "results": results}, f, indent=1,
         )  # fmt: skip
 
 

@@ -174,3 +174,10 @@ def test_the_policy_probe_refuses_the_suites_own_datasets_as_held_out(tmp_path):
         with pytest.raises(ValueError, match=r"--replicates must be at least two distinct"):
             morl_policy_probe.main(["--replicates", bad, "--out", str(out)])
     assert not out.exists()
+
+
+def test_the_policy_probe_refuses_unknown_aetdice_variants(tmp_path):
+    out = tmp_path / "x.json"
+    with pytest.raises(ValueError, match=r"--variants must be among \['aetdice', .*'ours'\]"):
+        morl_policy_probe.main(["--variants", "aetdice_markov,ours", "--out", str(out)])
+    assert not out.exists()

@@ -60,11 +60,21 @@ def test_ser_and_esr_differ_for_nonlinear_and_agree_for_linear(name):
     chex.assert_trees_all_close(lin_ser, lin_esr, rtol=1e-6)
 
 
+def _transformed(form, objective, rewards, mask):
+    """``(r~, h_0)`` of either anchor: accumulated (:func:`U.telescoped_rewards`, ``h_0 =
+    h(0)``) or projected (:func:`U.projected_rewards`)."""
+    if form == "projected":
+        return U.projected_rewards(objective, rewards, mask)
+    transformed = U.telescoped_rewards(objective, rewards, mask)
+    return transformed, objective.transform(jnp.zeros(rewards.shape[-1]))
+
+
 @pytest.mark.parametrize("name", sorted(UTILITIES))
 @pytest.mark.parametrize("criterion", ["ser", "esr"])
-def test_telescoped_rewards_reproduce_monte_carlo_ser_and_esr(name, criterion):
-    """``g(h(0) + mean sum_t r~_t)`` equals SER ``u(mean G)`` / ESR ``mean u(G)`` computed
-    directly from sampled returns, with masked (ended) episodes."""
+@pytest.mark.parametrize("form", ["accumulated", "projected"])
+def test_telescoped_rewards_reproduce_monte_carlo_ser_and_esr(name, criterion, form):
+    """``g(h_0 + mean sum_t r~_t)`` equals SER ``u(mean G)`` / ESR ``mean u(G)`` computed
+    directly from sampled returns, with masked (ended) episodes, for both anchors."""
     utility = UTILITIES[name]
     objective = getattr(U, criterion)(utility)
     key = jax.random.key(3)
@@ -75,8 +85,7 @@ def test_telescoped_rewards_reproduce_monte_carlo_ser_and_esr(name, criterion):
 
     @jax.jit
     def via_decomposition(rewards, mask):
-        transformed = U.telescoped_rewards(objective, rewards, mask)
-        offset = objective.transform(jnp.zeros(2))
+        transformed, offset = _transformed(form, objective, rewards, mask)
         return objective.outer.value(offset + jnp.mean(jnp.sum(transformed, axis=1), axis=0))
 
     direct = (
@@ -96,6 +105,41 @@ def test_telescoped_rewards_sum_to_the_transformed_return_per_episode():
     chex.assert_shape(transformed, (3, 5, 1))
     expected = objective.transform(rewards.sum(1)) - objective.transform(jnp.zeros((3, 2)))
     chex.assert_trees_all_close(transformed.sum(1), expected, atol=1e-5)
+
+
+def test_projected_rewards_on_a_hand_computed_example_clip_into_the_data_range():
+    """Two 3-step episodes, one ended after 2 steps, Nash ESR on objective 0 (objective 1 has
+    no reward): ``A = (-3, 0, 0)``, ``B = (0, -1, pad)``. The mean returns from ``t`` on are
+    ``bar R = (-2, -0.5, 0)`` (B no longer runs at ``t = 2``), the accumulated returns range
+    over ``[-3, 0]``, and A's projected ``x_1 + bar R_1 = -3.5`` lies below it: clipped to -3,
+    where the log is defined (``shift = 3.1``; unclipped it is NaN). Per episode ``h(y_0) +
+    sum r~ = h(G)``, and ``r~`` differs from the accumulated anchor's by the potential
+    ``Phi_t(x) = h(clip(x + bar R_t)) - h(x)``, zero where the episode ends."""
+    utility = U.nash_welfare([1.0, 1.0], shift=3.1)
+    objective = U.esr(utility)
+    rewards = jnp.array([[[-3.0, 0.0], [0.0, 0.0], [0.0, 0.0]],
+                         [[0.0, 0.0], [-1.0, 0.0], [7.0, 0.0]]])  # fmt: skip
+    mask = jnp.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    transformed, offset = jax.jit(lambda r, m: U.projected_rewards(objective, r, m))(rewards, mask)
+    h = lambda a: float(utility.value(jnp.array([a, 0.0])))  # noqa: E731
+    chex.assert_trees_all_close(offset, jnp.array([h(-2.0)]), atol=1e-6)
+    expected = [[h(-3.0) - h(-2.0), 0.0, 0.0], [h(-0.5) - h(-2.0), h(-1.0) - h(-0.5), 0.0]]
+    chex.assert_trees_all_close(transformed[..., 0], jnp.array(expected), atol=1e-6)
+    returns = jnp.sum(rewards * mask[..., None], axis=1)
+    chex.assert_trees_all_close(offset[None] + transformed.sum(1), objective.transform(returns),
+                                atol=1e-6)  # fmt: skip
+    # r~_proj - r~_acc = c_t Phi_{t+1}(x_{t+1}) - Phi_t(x_t)
+    mean_remaining = np.array([-2.0, -0.5, 0.0, 0.0])
+    accumulated = U.telescoped_rewards(objective, rewards, mask)[..., 0]
+    partial = np.concatenate([np.zeros((2, 1)), np.cumsum(rewards[..., 0] * mask, 1)], 1)
+    potential = lambda t, x: h(np.clip(x + mean_remaining[t], -3.0, 0.0)) - h(x)  # noqa: E731
+    for n in range(2):
+        for t in range(int(mask[n].sum())):
+            ends = t + 1 == int(mask[n].sum())
+            shaped = (0.0 if ends else potential(t + 1, partial[n, t + 1])) - potential(
+                t, partial[n, t]
+            )
+            assert abs(transformed[n, t, 0] - accumulated[n, t] - shaped) < 1e-6
 
 
 def test_criterion_labels():

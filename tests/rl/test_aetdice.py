@@ -112,7 +112,9 @@ def test_mass_multiplier_holds_the_ratios_mean_at_the_bound():
     """Every balance episode runs to the horizon, so the flow gives the ratios mass exactly 1
     (``c_1 = 1``). Without the mass bound the learned ratios' batch mean is far above it at
     the end of training; with it (the default) it is 1 within 0.05, a band at least four
-    standard errors wide (from the batch means of ten blocks of 100 iterations)."""
+    standard errors wide (from the batch means of ten blocks of 100 iterations). The drift
+    without the bound is shown under the accumulated anchor of the rewards; the projected one
+    (the default) drifts less, to 1.11 on this data and key."""
     tail = 1000
     with_bound = _trained("tchebycheff").metrics
     assert float(jnp.min(with_bound["mass"])) >= 0.0
@@ -122,7 +124,8 @@ def test_mass_multiplier_holds_the_ratios_mean_at_the_bound():
     assert 4 * se < 0.05
     assert abs(blocks.mean() - 1.0) < 0.05
     config = dataclasses.replace(CONFIG, mass_constraint=False)
-    without = A.train_aetdice(_dataset(), ESR_OBJECTIVES["tchebycheff"], jax.random.key(1), config)
+    without = A.train_aetdice(_dataset(), ESR_OBJECTIVES["tchebycheff"], jax.random.key(1),
+                              config, telescoping="accumulated")  # fmt: skip
     np.testing.assert_array_equal(without.metrics["mass"], 0.0)
     assert float(jnp.mean(without.metrics["ratio_mean"][-tail:])) > 1.3
 
@@ -227,6 +230,9 @@ def test_bad_inputs_raise():
         A.train_aetdice(shifted, U.esr(U.nash_welfare(m=2)), jax.random.key(0), CONFIG)
     with pytest.raises(ValueError, match="dataset must be an envs.OfflineDataset"):
         A.train_aetdice(tuple(data), U.esr(U.linear([1, 1])), jax.random.key(0), CONFIG)
+    with pytest.raises(ValueError, match=r"telescoping must be one of \('projected', 'accu"):
+        A.train_aetdice(data, U.esr(U.linear([1, 1])), jax.random.key(0), CONFIG,
+                        telescoping="anchored")  # fmt: skip
     with pytest.raises(ValueError, match="discount must lie in"):
         A.train_optidice(data, U.ser(U.linear([1.0, 1.0])), jax.random.key(0), discount=1.0)
     with pytest.raises(ValueError, match=r"actions must have shape \(440, 10, act\)"):

@@ -10,10 +10,15 @@ and :mod:`.utilities` hold all of it):
    non-Markov policies of the original state (which nonlinear ESR needs) are Markov ones.
    When ``h`` is the identity (SER) the return is left out: nothing depends on it, and the
    finite-horizon problem needs only ``(s_t, t / T)``.
-2. The nonlinearity is absorbed per step by the telescoped reward
-   ``r~_t = h(x_t + r_t) - h(x_t)``, whose episode sum is ``h(G) - h(0)``, so
-   ``E[h(G)] = h(0) + sum_t E_{d_t}[r~]`` is linear in the finite-horizon occupancies
-   ``d_t`` of the augmented MDP (:func:`.utilities.telescoped_rewards`).
+2. The nonlinearity is absorbed per step by telescoped rewards whose episode sum is
+   ``h(G)`` less a constant ``h_0``, so ``E[h(G)] = h_0 + sum_t E_{d_t}[r~]`` is linear in
+   the finite-horizon occupancies ``d_t`` of the augmented MDP. ``telescoping="accumulated"``
+   anchors them at the return so far, ``r~_t = h(x_t + r_t) - h(x_t)``, ``h_0 = h(0)``
+   (:func:`.utilities.telescoped_rewards`); ``"projected"`` (the default: ours) at the return
+   the episode is heading for, ``x_t`` plus the data's mean return from ``t`` on
+   (:func:`.utilities.projected_rewards`, which says why). The two differ by a potential of
+   the augmented state: the same optimum, but the accumulated anchor front-loads a concave
+   ``h``'s increments. With ``h`` the identity (SER) both are ``r_t`` itself.
 3. ``g`` is handled by its concave conjugate, ``g(y) = min_mu mu^T y - g_*(mu)``, as FairDICE
    handles the Nash welfare; ``mu`` is trained with ``nu`` (for ESR ``g`` is the identity and
    ``mu = 1``).
@@ -41,7 +46,9 @@ from jaxopt_suite.rl.aetdice.policy import (
     step_rows,
     trained_policies,
 )
-from jaxopt_suite.rl.aetdice.utilities import AET, telescoped_rewards
+from jaxopt_suite.rl.aetdice.utilities import AET, projected_rewards, telescoped_rewards
+
+TELESCOPING = ("projected", "accumulated")
 
 
 def augmented_data(dataset, with_return: bool = True) -> DiceData:
@@ -66,19 +73,24 @@ def augmented_data(dataset, with_return: bool = True) -> DiceData:
     return dice_data(dataset, features, next_features, continues)
 
 
-def aetdice_problem(dataset, objective: AET) -> DiceProblem:
-    """The finite-horizon DICE problem of ``objective`` on ``dataset`` (module docstring).
+def aetdice_problem(dataset, objective: AET, telescoping: str = "projected") -> DiceProblem:
+    """The finite-horizon DICE problem of ``objective`` on ``dataset`` (module docstring; its
+    item 2 for ``telescoping``).
 
     ``sigma`` is the spread of ``mu_bar^T r~`` over the steps without the objectives'
     covariance (:func:`.policy.reward_scale`), with ``mu_bar`` the gradient of ``g`` at the
     dataset's mean ``h(G)``: the first-order size of a step's contribution.
     """
+    check_telescoping(telescoping)
     check_dataset(dataset, objective)
     episodes, horizon = dataset.mask.shape
     rewards = jnp.asarray(dataset.rewards, jnp.float32)
     mask = jnp.asarray(dataset.mask, jnp.float32)
-    transformed = telescoped_rewards(objective, rewards, mask)  # (N, T, k)
-    offset = objective.transform(jnp.zeros(rewards.shape[-1]))
+    if telescoping == "projected" and objective.inner is not None:
+        transformed, offset = projected_rewards(objective, rewards, mask)  # (N, T, k), (k,)
+    else:  # with h = id the anchor only shifts r_t by the data's mean at t, which nu absorbs
+        transformed = telescoped_rewards(objective, rewards, mask)
+        offset = objective.transform(jnp.zeros(rewards.shape[-1]))
     mean_transformed = offset + jnp.mean(jnp.sum(transformed, axis=1), axis=0)
     direction = jax.grad(objective.outer.value)(mean_transformed)
     steps = flatten_steps(dataset.mask)
@@ -94,9 +106,14 @@ def aetdice_problem(dataset, objective: AET) -> DiceProblem:
     )
 
 
+def check_telescoping(telescoping) -> None:
+    if telescoping not in TELESCOPING:
+        raise ValueError(f"telescoping must be one of {TELESCOPING}, got {telescoping!r}")
+
+
 def train_aetdice(
     dataset, objectives: AET | list[AET], key: jax.Array, config: DiceConfig | None = None,
-    *, markov_policy: bool = False,
+    *, markov_policy: bool = False, telescoping: str = "projected",
 ) -> TrainedPolicy | list[TrainedPolicy]:  # fmt: skip
     """AETDICE on ``dataset`` (an :class:`envs.offline.OfflineDataset`) for one objective, or
     for several of one kind (one utility class, e.g. at several preferences) in one ``vmap``;
@@ -107,7 +124,11 @@ def train_aetdice(
     weighted cloning fits a policy of the environment's observation alone (features
     ``"observation"``), as the baselines' is: the projection of the optimised occupancy onto
     policies that ignore the return so far and the time. Under ESR that gives up what the
-    augmented state is for; it is there to measure what the extra inputs cost the cloning."""
+    augmented state is for; it is there to measure what the extra inputs cost the cloning.
+
+    ``telescoping`` (``"projected"`` or ``"accumulated"``) anchors the transformed rewards
+    (module docstring, item 2); it changes nothing under SER."""
+    check_telescoping(telescoping)
     config = DiceConfig() if config is None else config
     objectives, single = as_list(objectives)
     check_dataset(dataset)
@@ -116,7 +137,7 @@ def train_aetdice(
     if markov_policy:
         observations = step_rows(dataset.observations, flatten_steps(dataset.mask))
         data = data._replace(policy_features=observations)
-    problems = [aetdice_problem(dataset, objective) for objective in objectives]
+    problems = [aetdice_problem(dataset, objective, telescoping) for objective in objectives]
     keys = jax.random.split(key, len(problems))
     results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
     features = "observation" if markov_policy else "augmented" if with_return else "timed"
