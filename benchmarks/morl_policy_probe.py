@@ -94,6 +94,7 @@ import envs
 from benchmarks import morl as M
 from benchmarks.harness import environment
 from jaxopt_suite.rl import aetdice as A
+from jaxopt_suite.rl.aetdice import exact
 from jaxopt_suite.rl.aetdice import utilities as U
 
 LAST = 1000  # iterations the multipliers are averaged over
@@ -145,19 +146,23 @@ def probe(
         held_out = M.task_data(task_name, task, replicates, spread)[0]
         training, seeds = dict(zip(replicates, held_out, strict=True)), list(replicates)
     log(f"data: {time.perf_counter() - start:.0f} s")
-    score = M._Scorer(envs.make_multi_objective(task_name), spread, M.EVAL_EPISODES[task_name])
+    balance = task_name == "mo_balance"
+    env = envs.make_multi_objective(task_name, **({"slip": M.SLIP} if balance else {}))
+    score = M._Scorer(env, spread, M.EVAL_EPISODES[task_name])
     config, prefs = task["dice"], task["preferences"]
     key = jax.random.key(M.TRAIN_KEY)
     gamma = 1.0 - 1.0 / task["horizon"]
 
-    def scores(seeded, objectives, keys) -> tuple[list, list]:
-        """Per key: the mean value over the preferences, and the mean returns per preference."""
+    def scores(seeded, objectives, keys) -> tuple[list, list, list]:
+        """Per key: the mean value over the preferences, the mean returns per preference and
+        the value per preference."""
         runs = [
             [score(p, o, k) for p, o, k in zip(policies, objectives, keys, strict=True)]
             for policies in seeded
         ]
-        values = [float(np.mean([r["value"] for r in run])) for run in runs]
-        return values, [[r["mean_return"] for r in run] for run in runs]
+        values = [[float(r["value"]) for r in run] for run in runs]
+        returns = [[r["mean_return"] for r in run] for run in runs]
+        return [float(np.mean(v)) for v in values], returns, values
 
     def last(seeded, metric) -> list:
         """Per key and preference, a DICE policy's training ``metric`` averaged over the last
@@ -192,11 +197,11 @@ def probe(
                 A.train_aetdice, training, objectives, key, config, seeds, **VARIANTS[variant]
             )
         scored = {method: scores(s, objectives, keys) for method, s in seeded.items()}
-        per_key = {method: values for method, (values, _) in scored.items()}
+        per_key = {method: values for method, (values, _, _) in scored.items()}
         best = max(M.BASELINES, key=lambda b: np.mean(per_key[b]))
         out[label] = {
             "per_key": per_key,
-            "mean_returns": {method: returns for method, (_, returns) in scored.items()},
+            "mean_returns": {method: returns for method, (_, returns, _) in scored.items()},
             **{
                 f"{metric}_last": {m: last(s, metric) for m, s in seeded.items() if m != "bc"}
                 for metric in ("mu", "mass", "ratio_mean")
@@ -207,6 +212,19 @@ def probe(
             **{f"{v} - best": _paired(per_key[v], per_key[best]) for v in variants},
             **{f"{v} - aetdice": _paired(per_key[v], per_key["aetdice"]) for v in variants[1:]},
         }
+        out[label]["per_preference"] = {m: values for m, (_, _, values) in scored.items()}
+        if balance:  # the gap of the mean over the keys to the optimum, worst preference
+            optimum = [
+                float(exact.optimum(o, task["horizon"], M.SLIP, scale=spread)[0])
+                for o in objectives
+            ]
+            out[label]["optimum"] = optimum
+            out[label]["optimum_gap"] = {
+                m: max(
+                    (o - float(np.mean([k[i] for k in v]))) / abs(o) for i, o in enumerate(optimum)
+                )
+                for m, (_, _, v) in scored.items()
+            }
         log(f"{label}: " + ", ".join(f"{m} {v:.4f}" for m, v in out[label]["means"].items())
             + f" ({time.perf_counter() - start:.0f} s)")  # fmt: skip
     return out
@@ -214,7 +232,7 @@ def probe(
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="mo_halfcheetah", choices=("mo_hopper", "mo_halfcheetah"))
+    parser.add_argument("--task", default="mo_halfcheetah", choices=tuple(M.TASKS))
     parser.add_argument("--objectives", default="tchebycheff/ser,threshold/esr")
     parser.add_argument("--out", required=True)
     parser.add_argument(

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks import morl, morl_policy_probe, morl_probe
+from benchmarks import morl, morl_anchor_probe, morl_policy_probe, morl_probe
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
@@ -180,4 +180,11 @@ def test_the_policy_probe_refuses_unknown_aetdice_variants(tmp_path):
     out = tmp_path / "x.json"
     with pytest.raises(ValueError, match=r"--variants must be among \['aetdice', .*'ours'\]"):
         morl_policy_probe.main(["--variants", "aetdice_markov,ours", "--out", str(out)])
+    assert not out.exists()
+
+
+def test_the_anchor_probe_refuses_negative_replicates(tmp_path):
+    out = tmp_path / "x.json"
+    with pytest.raises(ValueError, match=r"--replicates must be >= 0, got \[0, -1\]"):
+        morl_anchor_probe.main(["--replicates", "0,-1", "--out", str(out)])
     assert not out.exists()

@@ -1,0 +1,100 @@
+"""Statistics of AETDICE's two reward anchors on a ``morl`` task's data (not a suite; no
+training).
+
+For ESR objectives AETDICE telescopes ``h`` into per-step rewards anchored either at the
+accumulated return ``x_t`` or at the projected one, ``x_t`` plus the data's mean return from
+``t`` on (:func:`jaxopt_suite.rl.aetdice.utilities.projected_rewards`). Both sum to the same
+``h(G)`` per episode; this probe measures how they spread it over the steps, on the suite's
+datasets (its normalisation and utilities, :func:`benchmarks.morl.task_data` and
+:func:`benchmarks.morl.utilities`), per evaluation preference: the reward scale ``sigma``
+that divides the rewards in the dual (:func:`jaxopt_suite.rl.aetdice.policy.reward_scale`),
+the rewards' mean at the first and the last step, and their spread within a step (the root
+mean over ``t`` of the variance over the episodes at ``t``), which is what tells actions
+apart at a given time.
+
+    PYTHONPATH=. python -m benchmarks.morl_anchor_probe --task mo_halfcheetah \\
+        --out benchmarks/results/probes/morl_anchor_halfcheetah.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import morl as M
+from benchmarks.harness import environment
+from jaxopt_suite.rl import aetdice as A
+from jaxopt_suite.rl.aetdice import utilities as U
+
+
+def anchor_statistics(dataset, objective) -> dict:
+    """Per anchor (``"accumulated"``, ``"projected"``): ``sigma``, the mean reward at the
+    first and last step over the episodes running there, and the within-step spread."""
+    rewards = jnp.asarray(dataset.rewards, jnp.float32)
+    mask = jnp.asarray(dataset.mask, jnp.float32)
+    running = np.asarray(mask)
+    out = {}
+    for form in A.aetdice.TELESCOPING:
+        if form == "projected":
+            transformed = U.projected_rewards(objective, rewards, mask)[0]
+        else:
+            transformed = U.telescoped_rewards(objective, rewards, mask)
+        values = np.asarray(transformed, np.float64)[..., 0]  # (N, T): ESR's k = 1
+        count = np.maximum(running.sum(0), 1.0)
+        mean = (values * running).sum(0) / count
+        variance = (((values - mean[None]) ** 2) * running).sum(0) / count
+        problem = A.aetdice.aetdice_problem(dataset, objective, form)
+        out[form] = {
+            "sigma": float(problem.scale),
+            "mean_first_step": float(mean[0]),
+            "mean_last_step": float(mean[-1]),
+            "within_step_spread": float(np.sqrt(variance.mean())),
+        }
+    return out
+
+
+def probe(task_name: str, family: str, replicates) -> dict:
+    task = M.TASKS[task_name]
+    data, spread, _ = M.task_data(task_name, task)
+    chosen = (
+        [data[r] for r in replicates]
+        if max(replicates) < M.LINEAR_SEEDS
+        else M.task_data(task_name, task, replicates, spread)[0]
+    )
+    out = {}
+    for replicate, dataset in zip(replicates, chosen, strict=True):
+        for w, utility in zip(
+            task["preferences"], M.utilities(family, data, task["preferences"]), strict=True
+        ):
+            out[f"replicate {replicate}, w = {list(w)}"] = anchor_statistics(
+                dataset, U.esr(utility)
+            )
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="mo_halfcheetah", choices=tuple(M.TASKS))
+    parser.add_argument("--family", default="nash", choices=M.FAMILIES)
+    parser.add_argument("--replicates", default="0", help="the datasets, e.g. 0 or 0,5")
+    parser.add_argument("--out", required=True)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    replicates = [int(r) for r in args.replicates.split(",")]
+    if min(replicates) < 0:
+        raise ValueError(f"--replicates must be >= 0, got {replicates}")
+    results = probe(args.task, args.family, replicates)
+    with open(args.out, "w") as f:
+        json.dump(
+            {"command": "python -m benchmarks.morl_anchor_probe " + " ".join(argv),
+             "environment": environment(), "task": args.task, "family": args.family,
+             "replicates": replicates, "results": results}, f, indent=1,
+        )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
