@@ -56,6 +56,12 @@ sparsity are those of each key's expected returns across the preferences, averag
 keys. ``key_margins`` holds the margins to the best baseline key by key as well
 (:func:`key_margins`).
 
+AETDICE anchors its ESR rewards at the projected return since 0069647
+(:func:`jaxopt_suite.rl.aetdice.utilities.projected_rewards`); the committed ``morl.json``
+(the run at 9bba5f7) anchored them at the accumulated return, so its AETDICE ESR cells are
+not this library's until the suite is rerun (on the balance task the projected anchor scores
+higher on every ESR objective at every key: ``benchmarks.morl_policy_probe``).
+
 Targets (same run): for every nonlinear utility and both criteria, AETDICE's score >= the best
 baseline's on the balance task (and within 5% of the optimum at every preference) and on both
 Brax tasks; for the linear utility AETDICE matches OptiDICE within noise (``|diff| <= 2 SE``).

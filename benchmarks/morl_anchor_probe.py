@@ -12,6 +12,13 @@ the rewards' mean at the first and the last step, and their spread within a step
 mean over ``t`` of the variance over the episodes at ``t``), which is what tells actions
 apart at a given time.
 
+On halfcheetah (suite replicate 0, Nash ESR; ``probes/morl_anchor_halfcheetah.json``, this
+module at 428dc4a, 6 min here) the accumulated anchor's scale is 4 to 13 times the projected
+one's (0.028 against 0.0022 at ``w = (0.3, 0.7)``, 0.017 against 0.0044 at ``(0.7, 0.3)``),
+its mean increment falls from 0.157 at the first step to 0.009 at the last, and its
+within-step spread is two to three times the projected one's; the projected scale is its
+within-step spread.
+
     PYTHONPATH=. python -m benchmarks.morl_anchor_probe --task mo_halfcheetah \\
         --out benchmarks/results/probes/morl_anchor_halfcheetah.json
 """

@@ -65,6 +65,32 @@ the 5 keys (mean, SE):
   (0.0055), +0.0130 (0.0047) on the augmented policy. The ESR ratios are flatter: the mass
   multiplier ends at 0.95 .. 1.37, SER-DICE's at 1.46 .. 4.36.
 
+The ESR rewards' anchor (``--variants``; :func:`jaxopt_suite.rl.aetdice.utilities.
+projected_rewards`, the default since 0069647; ``aetdice_accumulated`` is the form of every
+run above). On the same held-out data (``probes/morl_projected_halfcheetah_heldout.json``,
+this module at 0069647: its ``git_sha`` reads 428dc4a, the commit when the file was written,
+which changed this module only; 61 min here; the accumulated form and the baselines reproduce
+the run above key for key), paired over the 5 keys, projected minus accumulated:
+
+* Nash ESR: +0.0008 (0.0050); AETDICE still trails SER-DICE (-0.0150, SE 0.0082), and the
+  Markov extraction of the projected form trails it by -0.0041 (0.0045);
+* threshold ESR: +0.0009 (0.0016); AETDICE -0.0021 (0.0012) to the best baseline (BC(P)).
+
+So the anchor is not what holds AETDICE back on halfcheetah. Under the projected anchor the
+mass bound no longer binds there (multiplier 0 .. 0.05) and on threshold ESR the ratios'
+batch mean ends at 0.89 .. 0.98: without early ends the flow fixes the mass at 1, which the
+bound, an inequality, does not enforce from below.
+
+On the balance task (``probes/morl_projected_balance.json``, the suite's 3 keys, 16 min
+here; the accumulated form reproduces the committed ``morl.json`` cells) the projected anchor
+does better on every ESR objective at every key, and comes closer to the optimum (worst
+preference, mean over the keys):
+
+* Nash ESR: +0.0064 (0.0011), gap to the optimum 1.17% against 3.65%;
+* Tchebycheff ESR: +0.0012 (0.0004), 1.06% against 1.63%;
+* threshold ESR: +0.0021 (0.0009), 0.36% against 0.78%;
+* risk-averse ESR: +0.0003 (0.0001), 0.42% against 0.50%.
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
@@ -77,6 +103,14 @@ the 5 keys (mean, SE):
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives nash/ser,nash/esr --replicates 5,6,7,8,9 \\
         --out benchmarks/results/probes/morl_nash_halfcheetah_heldout.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
+        --objectives nash/esr,threshold/esr \\
+        --variants aetdice,aetdice_accumulated,aetdice_markov --replicates 5,6,7,8,9 \\
+        --out benchmarks/results/probes/morl_projected_halfcheetah_heldout.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_balance \\
+        --objectives nash/esr,tchebycheff/esr,threshold/esr,risk_averse/esr \\
+        --variants aetdice,aetdice_accumulated \\
+        --out benchmarks/results/probes/morl_projected_balance.json
 """
 
 from __future__ import annotations
