@@ -52,10 +52,10 @@ __all__ = [
     "esr",
     "linear",
     "nash_welfare",
+    "projected_rewards",
     "risk_averse",
     "ser",
     "tchebycheff",
-    "projected_rewards",
     "telescoped_rewards",
     "threshold",
 ]
