@@ -76,6 +76,12 @@ the run above key for key), paired over the 5 keys, projected minus accumulated:
   Markov extraction of the projected form trails it by -0.0041 (0.0045);
 * threshold ESR: +0.0009 (0.0016); AETDICE -0.0021 (0.0012) to the best baseline (BC(P)).
 
+On the hopper, whose episodes end early (held-out replicates 5-7,
+``probes/morl_projected_hopper_heldout.json``, run at 4bf4e20: its ``git_sha`` reads
+32f8c3a, the commit when the file was written, which reordered an ``__all__`` only; 14 min
+here), Nash ESR: projected minus accumulated +0.0047 (0.0084), the keys
+disagreeing (+0.019, +0.005, -0.010); AETDICE +0.0062 (0.0084) over the best baseline (BC(P)).
+
 So the anchor is not what holds AETDICE back on halfcheetah. Under the projected anchor the
 mass bound no longer binds there (multiplier 0 .. 0.05) and on threshold ESR the ratios'
 batch mean ends at 0.89 .. 0.98: without early ends the flow fixes the mass at 1, which the
@@ -107,6 +113,9 @@ preference, mean over the keys):
         --objectives nash/esr,threshold/esr \\
         --variants aetdice,aetdice_accumulated,aetdice_markov --replicates 5,6,7,8,9 \\
         --out benchmarks/results/probes/morl_projected_halfcheetah_heldout.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_hopper \\
+        --objectives nash/esr --variants aetdice,aetdice_accumulated --replicates 5,6,7 \\
+        --out benchmarks/results/probes/morl_projected_hopper_heldout.json
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_balance \\
         --objectives nash/esr,tchebycheff/esr,threshold/esr,risk_averse/esr \\
         --variants aetdice,aetdice_accumulated \\
