@@ -29,32 +29,30 @@ import argparse
 import json
 import sys
 
-import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import morl as M
 from benchmarks.harness import environment
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
+from jaxopt_suite.rl.aetdice.policy import flatten_steps
 
 
 def anchor_statistics(dataset, objective) -> dict:
     """Per anchor (``"accumulated"``, ``"projected"``): ``sigma``, the mean reward at the
-    first and last step over the episodes running there, and the within-step spread."""
-    rewards = jnp.asarray(dataset.rewards, jnp.float32)
-    mask = jnp.asarray(dataset.mask, jnp.float32)
-    running = np.asarray(mask)
+    first and last step over the episodes running there, and the within-step spread, all
+    read off the DICE problem AETDICE builds (:func:`jaxopt_suite.rl.aetdice.aetdice.
+    aetdice_problem`: its reward rows are the steps that happened, in ``flatten_steps``
+    order)."""
+    horizon = dataset.mask.shape[1]
+    times = flatten_steps(dataset.mask) % horizon  # each step row's t
+    count = np.maximum(np.bincount(times, minlength=horizon), 1)
     out = {}
     for form in A.aetdice.TELESCOPING:
-        if form == "projected":
-            transformed = U.projected_rewards(objective, rewards, mask)[0]
-        else:
-            transformed = U.telescoped_rewards(objective, rewards, mask)
-        values = np.asarray(transformed, np.float64)[..., 0]  # (N, T): ESR's k = 1
-        count = np.maximum(running.sum(0), 1.0)
-        mean = (values * running).sum(0) / count
-        variance = (((values - mean[None]) ** 2) * running).sum(0) / count
         problem = A.aetdice.aetdice_problem(dataset, objective, form)
+        values = np.asarray(problem.rewards, np.float64)[:, 0]  # ESR: k = 1
+        mean = np.bincount(times, values, horizon) / count
+        variance = np.bincount(times, (values - mean[times]) ** 2, horizon) / count
         out[form] = {
             "sigma": float(problem.scale),
             "mean_first_step": float(mean[0]),
@@ -66,17 +64,16 @@ def anchor_statistics(dataset, objective) -> dict:
 
 def probe(task_name: str, family: str, replicates) -> dict:
     task = M.TASKS[task_name]
-    data, spread, _ = M.task_data(task_name, task)
-    chosen = (
-        [data[r] for r in replicates]
-        if max(replicates) < M.LINEAR_SEEDS
-        else M.task_data(task_name, task, replicates, spread)[0]
-    )
+    data, spread, _ = M.task_data(task_name, task)  # the suite's: replicates 0..LINEAR_SEEDS-1
+    held_out = [r for r in replicates if r >= len(data)]
+    made = {}
+    if held_out:
+        made = dict(zip(held_out, M.task_data(task_name, task, held_out, spread)[0], strict=True))
+    utilities = M.utilities(family, data, task["preferences"])
     out = {}
-    for replicate, dataset in zip(replicates, chosen, strict=True):
-        for w, utility in zip(
-            task["preferences"], M.utilities(family, data, task["preferences"]), strict=True
-        ):
+    for replicate in replicates:
+        dataset = data[replicate] if replicate < len(data) else made[replicate]
+        for w, utility in zip(task["preferences"], utilities, strict=True):
             out[f"replicate {replicate}, w = {list(w)}"] = anchor_statistics(
                 dataset, U.esr(utility)
             )

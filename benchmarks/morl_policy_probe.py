@@ -196,16 +196,14 @@ def probe(
     key = jax.random.key(M.TRAIN_KEY)
     gamma = 1.0 - 1.0 / task["horizon"]
 
-    def scores(seeded, objectives, keys) -> tuple[list, list, list]:
-        """Per key: the mean value over the preferences, the mean returns per preference and
-        the value per preference."""
+    def scores(seeded, objectives, keys) -> tuple[list, list]:
+        """Per key: the value and the mean returns per preference."""
         runs = [
             [score(p, o, k) for p, o, k in zip(policies, objectives, keys, strict=True)]
             for policies in seeded
         ]
         values = [[float(r["value"]) for r in run] for run in runs]
-        returns = [[r["mean_return"] for r in run] for run in runs]
-        return [float(np.mean(v)) for v in values], returns, values
+        return values, [[r["mean_return"] for r in run] for run in runs]
 
     def last(seeded, metric) -> list:
         """Per key and preference, a DICE policy's training ``metric`` averaged over the last
@@ -240,11 +238,14 @@ def probe(
                 A.train_aetdice, training, objectives, key, config, seeds, **VARIANTS[variant]
             )
         scored = {method: scores(s, objectives, keys) for method, s in seeded.items()}
-        per_key = {method: values for method, (values, _, _) in scored.items()}
+        per_preference = {method: values for method, (values, _) in scored.items()}
+        # per key, the mean over the preferences
+        per_key = {m: [float(np.mean(v)) for v in values] for m, values in per_preference.items()}
         best = max(M.BASELINES, key=lambda b: np.mean(per_key[b]))
         out[label] = {
             "per_key": per_key,
-            "mean_returns": {method: returns for method, (_, returns, _) in scored.items()},
+            "per_preference": per_preference,
+            "mean_returns": {method: returns for method, (_, returns) in scored.items()},
             **{
                 f"{metric}_last": {m: last(s, metric) for m, s in seeded.items() if m != "bc"}
                 for metric in ("mu", "mass", "ratio_mean")
@@ -255,18 +256,16 @@ def probe(
             **{f"{v} - best": _paired(per_key[v], per_key[best]) for v in variants},
             **{f"{v} - aetdice": _paired(per_key[v], per_key["aetdice"]) for v in variants[1:]},
         }
-        out[label]["per_preference"] = {m: values for m, (_, _, values) in scored.items()}
         if balance:  # the gap of the mean over the keys to the optimum, worst preference
             optimum = [
                 float(exact.optimum(o, task["horizon"], M.SLIP, scale=spread)[0])
                 for o in objectives
             ]
             out[label]["optimum"] = optimum
+            optimal = np.asarray(optimum)
             out[label]["optimum_gap"] = {
-                m: max(
-                    (o - float(np.mean([k[i] for k in v]))) / abs(o) for i, o in enumerate(optimum)
-                )
-                for m, (_, _, v) in scored.items()
+                m: float(np.max((optimal - np.mean(values, axis=0)) / np.abs(optimal)))
+                for m, values in per_preference.items()
             }
         log(f"{label}: " + ", ".join(f"{m} {v:.4f}" for m, v in out[label]["means"].items())
             + f" ({time.perf_counter() - start:.0f} s)")  # fmt: skip

@@ -113,8 +113,7 @@ def test_mass_multiplier_holds_the_ratios_mean_at_the_bound():
     (``c_1 = 1``). Without the mass bound the learned ratios' batch mean is far above it at
     the end of training; with it (the default) it is 1 within 0.05, a band at least four
     standard errors wide (from the batch means of ten blocks of 100 iterations). The drift
-    without the bound is shown under the accumulated anchor of the rewards; the projected one
-    (the default) drifts less, to 1.11 on this data and key."""
+    without the bound is shown under the accumulated anchor of the rewards."""
     tail = 1000
     with_bound = _trained("tchebycheff").metrics
     assert float(jnp.min(with_bound["mass"])) >= 0.0

@@ -37,7 +37,7 @@ horizon (not on the hopper, which falls). With ``nu`` a network the dual does no
 by itself: the shift of ``nu`` that moves every residual alike (``kappa (T - t)`` under the
 finite horizon) is a slow direction for the network, and on the balance task's data the
 ratios' batch mean ends training above 1.3 without the bound (AETDICE with the accumulated
-anchor of its rewards, ``tests/rl/test_aetdice.py``; 1.11 with the projected one).
+anchor of its rewards, ``tests/rl/test_aetdice.py``).
 The estimated returns are then inflated as much, which misleads a nonlinear utility: on the
 ``morl`` suite's halfcheetah data under Tchebycheff, ``mu`` settled on the run objective
 where energy's term binds (``benchmarks.morl_policy_probe``). The bound enters with its own
