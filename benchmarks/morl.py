@@ -57,10 +57,14 @@ keys. ``key_margins`` holds the margins to the best baseline key by key as well
 (:func:`key_margins`).
 
 AETDICE anchors its ESR rewards at the projected return since 0069647
-(:func:`jaxopt_suite.rl.aetdice.utilities.projected_rewards`); the committed ``morl.json``
-(the run at 9bba5f7) anchored them at the accumulated return, so its AETDICE ESR cells are
-not this library's until the suite is rerun (on the balance task the projected anchor scores
-higher on every ESR objective at every key: ``benchmarks.morl_policy_probe``).
+(:func:`jaxopt_suite.rl.aetdice.utilities.projected_rewards`); the run at 2d87c21 is the
+first with it. Against the run at 9bba5f7 (accumulated anchor; the same datasets and keys:
+every SER cell, which the anchor does not touch, came out equal to the last digit) it lifted
+every ESR cell of the balance task (the worst gap to the optimum from 3.6% to 1.2%); on the
+Brax tasks its ESR cells moved within their standard errors (halfcheetah Tchebycheff ESR
++0.008, hopper Nash ESR -0.004 at an SE of 0.025). Halfcheetah Nash ESR still trails the best
+baseline by 0.013; on held-out replicates (``benchmarks.morl_policy_probe``) AETDICE trails
+SER-DICE there at every key, so the shortfall is systematic rather than a draw.
 
 Targets (same run): for every nonlinear utility and both criteria, AETDICE's score >= the best
 baseline's on the balance task (and within 5% of the optimum at every preference) and on both
