@@ -205,6 +205,16 @@ def task_data(name: str, task: dict, replicates=range(LINEAR_SEEDS), spread=None
     return [normalised(raw, spread)[0] for raw in raws], spread, list(made)
 
 
+def replicate_data(name: str, task: dict, replicates, data, spread) -> dict:
+    """``{r: dataset}`` for ``replicates``: the suite's own (``data``, replicates
+    ``0..LINEAR_SEEDS-1`` from :func:`task_data`) where it has them, the others (held out) made
+    here and divided by the suite's ``spread``."""
+    held_out = [r for r in replicates if r >= len(data)]
+    made = task_data(name, task, held_out, spread)[0] if held_out else []
+    made = dict(zip(held_out, made, strict=True))
+    return {r: data[r] if r < len(data) else made[r] for r in replicates}
+
+
 def evaluation_keys(objective: str, count: int):
     """The evaluation keys of ``objective`` (a ``family/criterion`` of :data:`OBJECTIVES`), one
     per preference: every method and training key is scored on them."""

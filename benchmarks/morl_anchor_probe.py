@@ -65,14 +65,11 @@ def anchor_statistics(dataset, objective) -> dict:
 def probe(task_name: str, family: str, replicates) -> dict:
     task = M.TASKS[task_name]
     data, spread, _ = M.task_data(task_name, task)  # the suite's: replicates 0..LINEAR_SEEDS-1
-    held_out = [r for r in replicates if r >= len(data)]
-    made = {}
-    if held_out:
-        made = dict(zip(held_out, M.task_data(task_name, task, held_out, spread)[0], strict=True))
+    chosen = M.replicate_data(task_name, task, replicates, data, spread)
     utilities = M.utilities(family, data, task["preferences"])
     out = {}
     for replicate in replicates:
-        dataset = data[replicate] if replicate < len(data) else made[replicate]
+        dataset = chosen[replicate]
         for w, utility in zip(task["preferences"], utilities, strict=True):
             out[f"replicate {replicate}, w = {list(w)}"] = anchor_statistics(
                 dataset, U.esr(utility)

@@ -186,8 +186,8 @@ def probe(
     if replicates is None:
         training, seeds = data, range(M.SEEDS)
     else:
-        held_out = M.task_data(task_name, task, replicates, spread)[0]
-        training, seeds = dict(zip(replicates, held_out, strict=True)), list(replicates)
+        training = M.replicate_data(task_name, task, replicates, data, spread)
+        seeds = list(replicates)
     log(f"data: {time.perf_counter() - start:.0f} s")
     balance = task_name == "mo_balance"
     env = envs.make_multi_objective(task_name, **({"slip": M.SLIP} if balance else {}))

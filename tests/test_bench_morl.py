@@ -65,6 +65,11 @@ def test_replicate_datasets_differ_and_share_one_normalisation_and_one_set_of_ut
     (held,), held_spread, _ = morl.task_data("mo_balance", task, [1], spread=2 * spread)
     np.testing.assert_array_equal(held_spread, 2 * spread)
     np.testing.assert_allclose(held.rewards, data[1].rewards / 2, rtol=1e-6)
+    # replicate_data keeps the suite's own datasets and makes the others with its spread
+    chosen = morl.replicate_data("mo_balance", task, [2, 0], pooled_data[:2], 2 * spread)
+    assert list(chosen) == [2, 0] and chosen[0] is pooled_data[0]
+    (third,), _, _ = morl.task_data("mo_balance", task, [2], spread=2 * spread)
+    np.testing.assert_array_equal(chosen[2].rewards, third.rewards)
 
 
 def test_each_training_key_trains_on_its_own_replicate_dataset():

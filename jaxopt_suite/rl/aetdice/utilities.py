@@ -421,7 +421,7 @@ def projected_rewards(
     0.009 at ``t = 99`` and the scale is 0.028, against 0.0022 anchored at ``y``
     (``benchmarks/results/probes/morl_anchor_halfcheetah.json``). Measured effect
     (``benchmarks.morl_policy_probe``): on the balance task every ESR objective scores higher
-    at every key (Nash ESR's gap to the optimum 1.2% against 3.7%); on held-out halfcheetah
+    at every key (Nash ESR's gap to the optimum 1.2% against 3.6%); on held-out halfcheetah
     data the scores moved within their noise.
 
     Args:
