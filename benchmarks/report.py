@@ -73,6 +73,13 @@ def render(results_dir: Path, relative_to: Path | None = None) -> str:
 
 
 def update_readme(readme: Path, results_dir: Path) -> None:
+    """Rewrites the block between ``START`` and ``END`` in ``readme`` from the suites' JSON
+    files directly under ``results_dir``; refuses (``ValueError``, ``readme`` untouched) a
+    folder that is missing or holds none, which would empty the block."""
+    if not results_dir.is_dir():
+        raise ValueError(f"results folder {results_dir} does not exist")
+    if not any(results_dir.glob("*.json")):
+        raise ValueError(f"results folder {results_dir} holds no suite results (*.json)")
     text = readme.read_text()
     if START not in text or END not in text:
         raise ValueError(f"{readme} has no benchmark markers ({START} ... {END})")

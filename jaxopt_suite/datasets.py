@@ -115,6 +115,11 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     type_code, ndim = data[2], data[3]
     if type_code not in _IDX_DTYPES:
         raise ValueError(f"{path}: unknown idx element type 0x{type_code:02x}")
+    if len(data) < 4 + 4 * ndim:
+        raise ValueError(
+            f"{path}: idx header announces {ndim} dimensions but the file ends after "
+            f"{len(data)} bytes"
+        )
     dims = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
     dtype = np.dtype(_IDX_DTYPES[type_code])
     expected = int(np.prod(dims)) * dtype.itemsize
@@ -189,6 +194,9 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
         ("numpy", "dtype"),
         ("numpy.core.multiarray", "scalar"),
         ("numpy._core.multiarray", "scalar"),
+        # pickle protocol 5 rebuilds an array from its raw bytes with this
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
     }
 
     def find_class(self, module, name):

@@ -156,6 +156,14 @@ def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"probe\.json is not a suite's result .*suite, command"):
         cli.main(["report", "--results", str(results), "--readme", str(readme)])
     assert readme.read_text() == f"intro\n{START}\n{END}\n"
+    # A missing or empty results folder would empty the block: refused, README untouched.
+    (results / "probe.json").unlink()
+    cli.main(["report", "--results", str(results), "--readme", str(readme)])
+    done = readme.read_text()
+    for folder, message in ((tmp_path / "missing", "does not exist"), (tmp_path, "no suite")):
+        with pytest.raises(ValueError, match=message):
+            cli.main(["report", "--results", str(folder), "--readme", str(readme)])
+        assert readme.read_text() == done
 
 
 def test_json_records_the_commit_checked_out_when_the_run_started(tmp_path, monkeypatch):

@@ -95,6 +95,10 @@ def test_idx_reader_rejects_damaged_files(tmp_path):
     truncated.write_bytes(struct.pack(">BBBBI", 0, 0, 0x08, 1, 10) + b"\x00" * 4)
     with pytest.raises(ValueError, match=r"announces shape \(10,\)"):
         datasets.read_idx(truncated)
+    short_header = tmp_path / "short_header"
+    short_header.write_bytes(struct.pack(">BBBBI", 0, 0, 0x08, 3, 10))
+    with pytest.raises(ValueError, match="3 dimensions but the file ends after 8 bytes"):
+        datasets.read_idx(short_header)
 
 
 def test_mnist_pickle_is_loaded_with_arrays_only(tmp_path):
@@ -103,10 +107,13 @@ def test_mnist_pickle_is_loaded_with_arrays_only(tmp_path):
         (rng.random((n, 784), dtype=np.float32), rng.integers(0, 10, n)) for n in (5, 3, 2)
     )
     good = tmp_path / "mnist.pkl.gz"
-    with gzip.open(good, "wb") as f:
-        pickle.dump(splits, f)
-    data = datasets.load_mnist(good)
-    assert data.x_train.shape == (8, 784) and data.x_test.shape == (2, 784)
+    # protocol 5 (pickle.HIGHEST_PROTOCOL) rebuilds arrays through numpy's _frombuffer
+    for protocol in (4, 5):
+        with gzip.open(good, "wb") as f:
+            pickle.dump(splits, f, protocol=protocol)
+        data = datasets.load_mnist(good)
+        assert data.x_train.shape == (8, 784) and data.x_test.shape == (2, 784)
+        np.testing.assert_array_equal(data.x_test, splits[2][0])
     assert datasets.load_mnist(good, include_validation=False).x_train.shape == (5, 784)
 
     class Payload:

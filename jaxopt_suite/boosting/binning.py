@@ -62,12 +62,21 @@ def fit_bins(X, max_bins: int = 256) -> BinEdges:
         column = np.sort(X[:, j])  # one sort gives both the distinct values and quantiles
         distinct = np.concatenate([[True], column[1:] != column[:-1]])
         if np.count_nonzero(distinct) <= max_bins:
-            values = column[distinct]
-            cuts = (values[:-1] + values[1:]) / 2.0
+            cuts = _midpoints(column[distinct])
         else:
             cuts = np.unique(_sorted_quantiles(column, levels))
         edges[j, : cuts.size] = cuts
     return BinEdges(edges)
+
+
+def _midpoints(values: np.ndarray) -> np.ndarray:
+    """Cut points between consecutive distinct sorted ``values``, each ``c`` with
+    ``a <= c < b`` for its pair ``(a, b)`` (``apply_bins`` puts ``a`` below the cut and ``b``
+    above). Halves are added so values near the float range do not overflow; where rounding
+    puts the midpoint on ``b`` (adjacent floats) the cut is ``a``."""
+    low, high = values[:-1], values[1:]
+    middle = low / 2.0 + high / 2.0
+    return np.where((middle >= low) & (middle < high), middle, low)
 
 
 def _sorted_quantiles(column: np.ndarray, levels: np.ndarray) -> np.ndarray:

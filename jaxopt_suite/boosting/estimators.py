@@ -7,10 +7,17 @@ weak-AICN step; ``step`` selects any rule of :mod:`.steps`. Early stopping: with
 ``early_stopping_rounds=k`` the fit scores a validation set (``eval_set`` given to ``fit``,
 else a ``validation_fraction`` split of the training data) every round, and the model
 keeps the rounds up to the best one, where ``k`` later rounds brought no improvement. The
-fit itself runs all ``rounds`` in one compiled scan; only the kept rounds predict.
+fit itself runs all ``rounds`` in one compiled scan; only the kept rounds predict (the
+coordinate learner keeps one weight matrix, not one per round, so it is fitted again for the
+kept rounds, which repeat the first ones exactly: the rounds draw nothing at random). A fit
+that raises leaves the estimator as it was.
 """
 
 from __future__ import annotations
+
+import contextlib
+import dataclasses
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -97,8 +104,35 @@ class _Boosting(BaseEstimator):
             subsample=self.subsample,
         )
 
+    @contextlib.contextmanager
+    def _unchanged_on_error(self):
+        """Restores every attribute if the block raises, so a failed refit cannot leave the
+        labels or feature count of the new data beside the model of the old."""
+        saved = dict(self.__dict__)
+        try:
+            yield
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    def _check_early_stopping(self) -> None:
+        patience = self.early_stopping_rounds
+        if patience is not None and (
+            isinstance(patience, bool) or not isinstance(patience, numbers.Integral) or patience < 1
+        ):
+            raise ValueError(
+                f"early_stopping_rounds must be None or a positive int, got {patience!r}"
+            )
+        fraction = self.validation_fraction
+        if patience is not None and not (
+            isinstance(fraction, numbers.Real) and 0.0 < float(fraction) < 1.0
+        ):
+            raise ValueError(f"validation_fraction must lie in (0, 1), got {fraction!r}")
+
     def _fit(self, X, y, config, eval_set, stratify=None):
         seed = 0 if self.random_state is None else int(self.random_state)
+        config = config.checked()
         if self.early_stopping_rounds is not None and eval_set is None:
             X, X_val, y, y_val = train_test_split(
                 X,
@@ -117,6 +151,9 @@ class _Boosting(BaseEstimator):
             self.best_round_ = best_round(self.eval_loss_, int(self.early_stopping_rounds))
         else:
             self.best_round_ = int(config.rounds) - 1
+        if self.model_.weights is not None and self.best_round_ < int(config.rounds) - 1:
+            kept = dataclasses.replace(config, rounds=self.best_round_ + 1)
+            self.model_ = fit_boosting(X, y, kept, jax.random.key(seed)).model
         return self
 
     def _raw(self, X, rounds=None):
@@ -129,7 +166,8 @@ class _Boosting(BaseEstimator):
         )
 
     def _staged_raw(self, X):
-        """Raw scores after each kept round, one array per round."""
+        """Raw scores after each kept round, one array per round (the coordinate learner's
+        after the last kept round only)."""
         check_is_fitted(self, "model_")
         if self.model_.weights is not None:
             yield self._raw(X)
@@ -148,6 +186,11 @@ class AICNBoostingClassifier(ClassifierMixin, _Boosting):
     """Binary (logistic) or multiclass (softmax) boosting; labels may be any values."""
 
     def fit(self, X, y, eval_set=None):
+        with self._unchanged_on_error():
+            return self._fit_classifier(X, y, eval_set)
+
+    def _fit_classifier(self, X, y, eval_set):
+        self._check_early_stopping()
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         self.classes_, encoded = np.unique(y, return_inverse=True)
@@ -230,8 +273,10 @@ class AICNBoostingRegressor(RegressorMixin, _Boosting):
     def fit(self, X, y, eval_set=None):
         if self.loss not in ("squared", "poisson"):
             raise ValueError(f"loss must be 'squared' or 'poisson', got {self.loss!r}")
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
-        return self._fit(X, y, self._config(self.loss), eval_set)
+        with self._unchanged_on_error():
+            self._check_early_stopping()
+            X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+            return self._fit(X, y, self._config(self.loss), eval_set)
 
     def predict(self, X):
         return np.asarray(get_loss(self.loss).link(self._raw(X))[:, 0], np.float64)

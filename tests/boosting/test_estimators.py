@@ -39,6 +39,58 @@ def test_multiclass_early_stopping_keeps_the_best_round():
     assert len(list(clf.staged_predict_proba(data.x_test))) == clf.best_round_ + 1
 
 
+def _noise(n=300, d=40):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n, d)), rng.integers(0, 2, n)
+
+
+def test_coordinate_learner_early_stopping_keeps_the_best_round():
+    # The coordinate learner keeps one weight matrix; with early stopping it must still
+    # predict from the best round, not the last (on noise the validation loss rises).
+    X, y = _noise()
+    settings = dict(step="newton_cd", l2=1e-3)
+    clf = AICNBoostingClassifier(rounds=60, early_stopping_rounds=5, **settings)
+    clf.fit(X[:240], y[:240], eval_set=(X[240:], y[240:]))
+    best = clf.best_round_
+    assert best == best_round(clf.eval_loss_, 5) and best < 59
+    assert clf.eval_loss_[best] < clf.eval_loss_[-1]
+    kept = AICNBoostingClassifier(rounds=best + 1, **settings).fit(X[:240], y[:240])
+    np.testing.assert_allclose(clf.predict_proba(X), kept.predict_proba(X), rtol=1e-6)
+    full = AICNBoostingClassifier(rounds=60, **settings).fit(X[:240], y[:240])
+    assert not np.allclose(clf.predict_proba(X), full.predict_proba(X))
+
+
+def test_a_failed_refit_leaves_the_estimator_unchanged():
+    X, y = _noise(120, 4)
+    clf = AICNBoostingClassifier(rounds=5).fit(X, y)
+    before = clf.predict_proba(X)
+    with pytest.raises(ValueError, match="eta"):
+        clf.set_params(eta=-1.0).fit(X[:, :3], np.where(y == 1, "yes", "no"))
+    assert list(clf.classes_) == [0, 1] and clf.n_features_in_ == 4
+    np.testing.assert_array_equal(clf.predict_proba(X), before)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"early_stopping_rounds": 0}, "early_stopping_rounds must be None or a positive int"),
+        ({"early_stopping_rounds": -3}, "early_stopping_rounds"),
+        ({"early_stopping_rounds": 2.5}, "early_stopping_rounds"),
+        (
+            {"early_stopping_rounds": 3, "validation_fraction": 0.0},
+            r"validation_fraction .*\(0, 1\)",
+        ),
+        ({"early_stopping_rounds": 3, "validation_fraction": 1.5}, "validation_fraction"),
+    ],
+)
+def test_early_stopping_settings_are_checked(settings, message):
+    X, y = _noise(60, 3)
+    with pytest.raises(ValueError, match=message):
+        AICNBoostingClassifier(rounds=3, **settings).fit(X, y)
+    with pytest.raises(ValueError, match=message):
+        AICNBoostingRegressor(rounds=3, **settings).fit(X, y.astype(float))
+
+
 def test_best_round_rule():
     assert best_round(np.array([3.0, 2.0, 2.5, 2.6, 1.0]), 2) == 1
     assert best_round(np.array([3.0, 2.0, 2.5, 1.0]), 3) == 3

@@ -36,6 +36,13 @@ def test_aicn_trace_on_trees_is_the_structure_score(key):
     result = fit_boosting(data.x_train, data.y_train, config, key)
     # Newton leaves make t* = 1 and delta the structure score sum_j G_j^2 / (H_j + l2)
     np.testing.assert_allclose(result.t_star, 1.0, rtol=1e-5)
+    # The first tree's leaves are -step G_j / (H_j + l2), so sum_i g_i f_1(x_i) = -step delta
+    # with g the gradient at the base score: delta from the tree the fit stored.
+    F0 = predict_raw(result.model, data.x_train, 0)
+    F1 = predict_raw(result.model, data.x_train, 1)
+    g, _ = get_loss("logistic").grad_hess(jnp.asarray(data.y_train, jnp.float32), F0)
+    structure = -float(jnp.sum(g * (F1 - F0))) / float(result.step[0])
+    np.testing.assert_allclose(result.delta[0], structure, rtol=1e-4)
     expected = np.asarray(aicn_alpha(np.sqrt(np.asarray(result.delta)), 0.1))
     np.testing.assert_allclose(result.alpha, expected, rtol=1e-5)
     np.testing.assert_allclose(result.step, result.alpha, rtol=1e-6)

@@ -148,6 +148,21 @@ def test_bin_edges_are_midpoints_or_numpy_quantiles():
         assert np.all(np.isinf(edges[j, expected.size :]))
 
 
+def test_bins_separate_values_at_the_ends_of_the_float_range():
+    # Midpoints by (a + b) / 2 overflowed to inf here and put every row in bin 0; adjacent
+    # floats have no midpoint strictly between them, so the cut is the lower one.
+    tiny = np.nextafter(0.0, 1.0)
+    for values in (
+        [1e308, 1.2e308, 1.4e308, 1.6e308],
+        [-1.7e308, -1e308, 1e308, 1.7e308],
+        [1.0, np.nextafter(1.0, 2.0), 2.0],
+        [0.0, tiny, 2 * tiny],
+    ):
+        X = np.asarray(values)[:, None]
+        bins = np.asarray(apply_bins(fit_bins(X), X))[:, 0]
+        np.testing.assert_array_equal(bins, np.arange(len(values)))
+
+
 def test_binning_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"X\[1, 0\] is nan"):
         fit_bins(np.array([[0.0], [np.nan]]))
