@@ -113,14 +113,17 @@ def _kernel(cols_ref, blocks_ref, x_ref, o_ref, *, K, bn):
     # cols, blocks and X stay where they are (memory space ANY); the program reads its K
     # column indices and tiles and the K row panels of X it needs, nothing else. No block
     # shape then depends on nbr, K or n, which Triton (power-of-two blocks) requires.
+    # The sum runs in the output's precision, at least float32: a float64 product (x64
+    # enabled) summed in float32 would lose half its digits.
     i = pl.program_id(0)
+    acc_dtype = jnp.promote_types(o_ref.dtype, jnp.float32)
 
     def body(k, acc):
         c = cols_ref[i, k]
         panel = x_ref[pl.ds(c * bn, bn), :]
-        return acc + jnp.dot(blocks_ref[i, k], panel, preferred_element_type=jnp.float32)
+        return acc + jnp.dot(blocks_ref[i, k], panel, preferred_element_type=acc_dtype)
 
-    acc = jnp.zeros(o_ref.shape, jnp.float32)
+    acc = jnp.zeros(o_ref.shape, acc_dtype)
     o_ref[...] = jax.lax.fori_loop(0, K, body, acc).astype(o_ref.dtype)
 
 

@@ -10,6 +10,15 @@ rows ``[rhs, rhs + |R|]``; an ``UP`` bound below zero on a column whose lower bo
 still the default 0 makes the lower bound ``-inf`` (with a warning). Only the first ``N``
 row is the objective; later ones are dropped.
 
+Infinity: as in HiGHS and CPLEX, a value of magnitude at least ``1e20`` in ``RHS``,
+``RANGES`` or ``BOUNDS`` means an infinite one (``1e30`` is the usual spelling); kept
+finite, it would constrain nothing yet dominate the norm of the bounds, which scales the
+solver's relative residuals. The objective constant (``RHS`` on the objective row) and the
+coefficients stay as written. A bound that is infinite on its wrong side (``LO 1e30``,
+``UP -1e30``, ``FX 1e30``) or a row whose sides become empty (``L`` row with ``RHS
+-1e30``) is an error. :func:`write_mps` therefore writes finite values of that magnitude,
+which read back infinite, only with a warning.
+
 Malformed input raises :class:`MPSError` with the line number.
 """
 
@@ -27,6 +36,12 @@ from jaxopt_suite.lp.problem import LP
 
 _SECTIONS = ("NAME", "OBJSENSE", "ROWS", "COLUMNS", "RHS", "RANGES", "BOUNDS", "ENDATA")
 _BOUND_TYPES = ("UP", "LO", "FX", "FR", "MI", "PL", "BV", "LI", "UI")
+INFINITY = 1e20  # |value| >= INFINITY in RHS, RANGES and BOUNDS reads as +-inf
+
+
+def _infinite(value: float) -> float:
+    """``value``, or ``+-inf`` from :data:`INFINITY` on (module docstring)."""
+    return math.copysign(math.inf, value) if abs(value) >= INFINITY else value
 
 
 class MPSError(ValueError):
@@ -80,6 +95,7 @@ class _Reader:
         self.cost: dict[int, float] = {}
         self.integer: list[bool] = []
         self.rhs: dict[int, float] = {}
+        self.rhs_lines: dict[int, int] = {}
         self.ranges: dict[int, float] = {}
         self.offset = 0.0
         self.lower: dict[int, float] = {}
@@ -124,6 +140,11 @@ class _Reader:
                         number, f"unexpected text after {head}: {' '.join(words[1:])!r}"
                     )
                 continue
+            if section == "OBJSENSE":
+                # MIN / MAX sits wherever the writer put it (write_mps indents it four
+                # columns, in field 2 of a fixed card): the first word, in either format
+                self.set_sense(number, line.split()[0])
+                continue
             fields = _fixed_fields(raw) if self.fixed else line.split()
             if self.fixed and section in ("COLUMNS", "RHS", "RANGES"):
                 if fields and fields[0]:
@@ -131,9 +152,7 @@ class _Reader:
                 fields = fields[1:]
             if section is None:
                 raise self.fail(number, "data before any section header")
-            if section == "OBJSENSE":
-                self.set_sense(number, fields[0])
-            elif section == "ROWS":
+            if section == "ROWS":
                 self.read_row(number, fields)
             elif section == "COLUMNS":
                 in_integer = self.read_column(number, fields, in_integer)
@@ -223,8 +242,11 @@ class _Reader:
             elif row in self.dropped_n:
                 continue
             elif row in self.row_index:
-                target = self.rhs if section == "RHS" else self.ranges
-                target[self.row_index[row]] = value
+                i = self.row_index[row]
+                if section == "RHS":
+                    self.rhs[i], self.rhs_lines[i] = _infinite(value), number
+                else:
+                    self.ranges[i] = _infinite(value)
             else:
                 raise self.fail(number, f"{section} refers to unknown row {row!r}")
 
@@ -242,7 +264,18 @@ class _Reader:
                 rest = rest[1:]
             if len(rest) != 2:
                 raise self.fail(number, f"a {kind} bound needs a column and a value, got {fields}")
-            name, value = rest[0], self.number(number, rest[1])
+            name, value = rest[0], _infinite(self.number(number, rest[1]))
+            wrong_side = (
+                (kind in ("UP", "UI") and value == -np.inf)
+                or (kind in ("LO", "LI") and value == np.inf)
+                or (kind == "FX" and math.isinf(value))
+            )
+            if wrong_side:
+                raise self.fail(
+                    number,
+                    f"{kind} bound {rest[1]} on column {name!r} is infinite on the wrong "
+                    f"side (|values| >= {INFINITY:g} are infinite)",
+                )
         else:
             if len(rest) == 2 and kind != "BV":
                 rest = rest[1:]
@@ -283,6 +316,12 @@ class _Reader:
             self.lower[j], self.upper[j] = 0.0, 1.0
             self.lower_set.add(j)
 
+    def row_names(self) -> list[str]:
+        names = [None] * len(self.row_types)
+        for name, i in self.row_index.items():
+            names[i] = name
+        return names
+
     def build(self) -> LP:
         m, n = len(self.row_types), len(self.col_index)
         rows = np.array([e[0] for e in self.entries], np.int64)
@@ -304,6 +343,14 @@ class _Reader:
                 lo, hi = (-np.inf if r is None else rhs - abs(r)), rhs
             else:
                 lo, hi = rhs, (np.inf if r is None else rhs + abs(r))
+            if math.isnan(lo) or math.isnan(hi) or lo == np.inf or hi == -np.inf:
+                # only an infinite RHS can empty a row (an infinite range frees a side)
+                raise self.fail(
+                    self.rhs_lines[i],
+                    f"{kind} row {self.row_names()[i]!r} with RHS {rhs} and RANGES {r} "
+                    f"has bounds [{lo}, {hi}], which nothing satisfies (|values| >= "
+                    f"{INFINITY:g} are infinite)",
+                )
             row_lower[i], row_upper[i] = lo, hi
         var_lower, var_upper = np.zeros(n), np.full(n, np.inf)
         for j, value in self.lower.items():
@@ -313,9 +360,6 @@ class _Reader:
         names = [None] * n
         for name, j in self.col_index.items():
             names[j] = name
-        row_names = [None] * m
-        for name, i in self.row_index.items():
-            row_names[i] = name
         return LP(
             c * self.sense,
             A,
@@ -326,7 +370,7 @@ class _Reader:
             objective_offset=self.offset * self.sense,
             objective_sign=self.sense,
             name=self.name,
-            row_names=row_names,
+            row_names=self.row_names(),
             col_names=names,
             integer=np.array(self.integer, bool),
         )
@@ -337,12 +381,33 @@ def _num(value) -> str:
     return repr(float(value))
 
 
+def _range(rhs: float, other: float) -> float:
+    """``|R|`` of a range row whose RHS is ``rhs``, so that the reader's ``rhs + |R|``
+    (``G`` row, ``other > rhs``) or ``rhs - |R|`` (``L`` row) gives ``other`` back: the
+    rounded difference, nudged by an ulp or two where rounding the sum misses ``other``
+    and a nearby ``|R|`` hits it."""
+    sign = 1.0 if other > rhs else -1.0
+    r = abs(other - rhs)
+    for _ in range(4):
+        got = rhs + sign * r
+        if got == other:
+            return r
+        r = float(np.nextafter(r, np.inf if sign * (other - got) > 0 else 0.0))
+    return abs(other - rhs)
+
+
 def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
-    """Writes ``lp`` as free MPS (two-sided rows as ``E`` rows with ``RANGES``, integer
-    columns in ``MARKER`` blocks). The minimisation form is written (``OBJSENSE`` ``MIN``).
-    Names default to ``R<i>`` / ``C<j>``; names with spaces cannot be written. A free row
-    (both sides infinite) constrains nothing and is written as an extra ``N`` row, which
-    :func:`read_mps` drops."""
+    """Writes ``lp`` as free MPS (integer columns in ``MARKER`` blocks). The minimisation
+    form is written (``OBJSENSE`` ``MIN``). A two-sided row is a ``G`` row on its lower
+    side or an ``L`` row on its upper side, whichever is smaller in magnitude, with the
+    width in ``RANGES``: the reader rebuilds the far side as ``RHS +- |R|``, exactly
+    wherever some float ``|R|`` allows and else within one rounding of the far side
+    (writing the larger side would round a small one away: ``[-1e15, 1e-5]`` as ``-1e15``
+    plus ``1e15`` gives an upper side of 0). Finite bounds of magnitude at least
+    :data:`INFINITY` read back as infinite (module docstring): they are written with a
+    warning. Names default to ``R<i>`` / ``C<j>``; names with spaces cannot be written. A
+    free row (both sides infinite) constrains nothing and is written as an extra ``N`` row,
+    which :func:`read_mps` drops."""
     m, n = lp.num_rows, lp.num_cols
     row_names = list(lp.row_names) if lp.row_names is not None else [f"R{i}" for i in range(m)]
     col_names = list(lp.col_names) if lp.col_names is not None else [f"C{j}" for j in range(n)]
@@ -352,15 +417,36 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
     if objective_name in row_names:
         raise ValueError(f"objective_name {objective_name!r} is also a row name")
     out = [f"NAME {lp.name or 'LP'}", "OBJSENSE", "    MIN", "ROWS", f" N {objective_name}"]
+    huge = [
+        name
+        for name, values in (
+            ("row_lower", lp.row_lower),
+            ("row_upper", lp.row_upper),
+            ("var_lower", lp.var_lower),
+            ("var_upper", lp.var_upper),
+        )
+        if np.any(np.isfinite(values) & (np.abs(values) >= INFINITY))
+    ]
+    if huge:
+        warnings.warn(
+            f"finite values of magnitude >= {INFINITY:g} in {', '.join(huge)} read back "
+            "as infinite (read_mps, HiGHS, CPLEX)",
+            stacklevel=2,
+        )
     kinds, rhs, ranges = [], {}, {}
     for i in range(m):
-        lo, hi = lp.row_lower[i], lp.row_upper[i]
+        lo, hi = float(lp.row_lower[i]), float(lp.row_upper[i])
         if lo == hi:
             kinds.append("E")
             rhs[i] = lo
         elif np.isfinite(lo) and np.isfinite(hi):
-            kinds.append("E")
-            rhs[i], ranges[i] = lo, hi - lo
+            # the side of smaller magnitude is the RHS: the far side is rebuilt from it
+            if abs(hi) < abs(lo):
+                kinds.append("L")
+                rhs[i], ranges[i] = hi, _range(hi, lo)
+            else:
+                kinds.append("G")
+                rhs[i], ranges[i] = lo, _range(lo, hi)
         elif np.isfinite(hi):
             kinds.append("L")
             rhs[i] = hi

@@ -76,7 +76,9 @@ class LPOptions(NamedTuple):
     infeasibility_tolerance: float = 1e-8  # relative violation of a ray certificate
     max_iterations: int = 100_000
     eval_every: int = 64
-    time_limit: float | None = None  # seconds, checked at evaluations
+    # seconds, checked at evaluations: from the start of solve_lp / solve_lp_batch (for
+    # batch_advance, from each slot's batch_start or batch_refill)
+    time_limit: float | None = None
     ruiz_iterations: int = 10
     pock_chambolle_alpha: float | None = 1.0
     scale_bounds: bool = True
@@ -421,17 +423,32 @@ class _State(NamedTuple):
     residuals: jax.Array  # (primal, dual, gap) at the last evaluation
 
 
-def _clock_factory():
-    origin = [time.perf_counter()]
+# Time limits are deadlines on the host's perf_counter clock, passed into the jitted loop
+# as arrays shaped like the status (one per instance of a batch): whole seconds as int32
+# and the fraction as float32, so the float32 arithmetic of x64-disabled jax keeps them to
+# the microsecond however long the machine has been up. Deadlines, not a clock started by
+# each call, because one solve makes many calls (the compacting batch loop advances a few
+# evaluations at a time, continuous batching advances between refills) and concurrent
+# thread groups run the same compiled loop.
+_MAX_DEADLINE = float(np.iinfo(np.int32).max)
 
-    def start():
-        origin[0] = time.perf_counter()
-        return np.float32(0.0)
 
-    def elapsed(_):
-        return np.float32(time.perf_counter() - origin[0])
+def _deadline(started, time_limit: float | None):
+    """``(whole seconds int32, fraction float32)`` of ``started + time_limit`` (host
+    perf_counter values, any shape), or ``None`` without a time limit."""
+    if time_limit is None:
+        return None
+    end = np.minimum(np.asarray(started, np.float64) + float(time_limit), _MAX_DEADLINE)
+    whole = np.floor(end)
+    return whole.astype(np.int32), (end - whole).astype(np.float32)
 
-    return start, elapsed
+
+def _seconds_left(whole, fraction, _iterations):
+    """Host callback: seconds left until the deadline (negative once past it)."""
+    now = time.perf_counter()
+    # jax may hand the operands over as its own arrays: float64 arithmetic needs numpy's
+    whole, fraction = np.asarray(whole, np.float64), np.asarray(fraction, np.float64)
+    return np.asarray(whole - now + fraction, np.float32)
 
 
 def _initial_state(x0: jax.Array, y0: jax.Array) -> _State:
@@ -456,13 +473,14 @@ def _initial_state(x0: jax.Array, y0: jax.Array) -> _State:
     )
 
 
-def _solve(data: _Data, x0, y0, options: LPOptions):
-    return _advance(data, _initial_state(x0, y0), options, None)
+def _solve(data: _Data, x0, y0, options: LPOptions, deadline):
+    return _advance(data, _initial_state(x0, y0), options, None, deadline)
 
 
-def _advance(data: _Data, init: _State, options: LPOptions, evaluations):
-    """Runs ``init`` until it stops, or for at most ``evaluations`` evaluation periods."""
-    start_clock, elapsed = _clock_factory()
+def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadline):
+    """Runs ``init`` until it stops, or for at most ``evaluations`` evaluation periods;
+    ``deadline`` (:func:`_deadline`, shaped like the status) when ``options.time_limit``
+    is set."""
     freq = int(options.eval_every)
     tol = options.tolerance
     dtype = data.c.dtype
@@ -504,9 +522,18 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations):
             status,
         )
         if options.time_limit is not None:
-            seconds = io_callback(elapsed, jax.ShapeDtypeStruct((), jnp.float32), iterations)
+            # a host callback takes the call off jax's C++ dispatch path (about 1 ms a
+            # call), so the clock is read only when a time limit needs it
+            whole, fraction = deadline
+            left = io_callback(
+                _seconds_left,
+                jax.ShapeDtypeStruct(whole.shape, jnp.float32),
+                whole,
+                fraction,
+                iterations,
+            )
             status = jnp.where(
-                (status == _RUNNING) & (seconds >= options.time_limit),
+                (status == _RUNNING) & (left <= 0.0),
                 int(Status.TIME_LIMIT),
                 status,
             )
@@ -537,11 +564,6 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations):
                 dtype
             ),
         )
-
-    if options.time_limit is not None:
-        # a host callback takes the call off jax's C++ dispatch path (about 1 ms a call),
-        # so the clock exists only when a time limit needs it
-        io_callback(start_clock, jax.ShapeDtypeStruct((), jnp.float32))
 
     def frozen_body(s: _State) -> _State:
         # a batch runs while any instance runs; the stopped ones keep their state
@@ -574,6 +596,10 @@ def _check_options(options: LPOptions) -> None:
         raise ValueError(
             f"infeasibility_tolerance must be > 0, got {options.infeasibility_tolerance}"
         )
+    every = options.eval_every
+    if isinstance(every, bool) or not isinstance(every, (int, np.integer)):
+        # a float would be truncated where the loop is traced (2.5 runs periods of 2)
+        raise ValueError(f"eval_every must be an int, got {every!r}")
     if int(options.max_iterations) < 1 or int(options.eval_every) < 1:
         raise ValueError(
             "max_iterations and eval_every must be >= 1, got "
@@ -626,7 +652,10 @@ def solve_lp(
     y0 = scaling.scale_dual(y0)
     dtype = data.c.dtype
     state = _solve_jit(
-        data, *jax.device_put((np.asarray(x0, dtype), np.asarray(y0, dtype))), options
+        data,
+        *jax.device_put((np.asarray(x0, dtype), np.asarray(y0, dtype))),
+        options,
+        _deadline(start, options.time_limit),
     )
     x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
     y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
@@ -736,6 +765,9 @@ class LPBatch(NamedTuple):
     var_lower: np.ndarray  # (B, n)
     var_upper: np.ndarray  # (B, n)
     costs: np.ndarray  # (B, n)
+    # (B,) host perf_counter when each slot was filled (batch_start, batch_refill): a
+    # slot's options.time_limit counts from there, across all the calls that advance it
+    started: np.ndarray
 
     @property
     def status(self) -> np.ndarray:
@@ -782,7 +814,12 @@ def _pad_index(index: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=16)
 def _batched_advance(options: LPOptions):
-    return jax.jit(lambda d, s, n: _advance(d, s, options, n))
+    return jax.jit(lambda d, s, n, t: _advance(d, s, options, n, t))
+
+
+def _slot_deadlines(batch: LPBatch):
+    """The slots' deadlines in the state's ``(1, B)`` layout (``None``: no time limit)."""
+    return _deadline(batch.started.reshape(1, -1), batch.options.time_limit)
 
 
 def batch_start(
@@ -805,7 +842,8 @@ def batch_start(
         raise ValueError("var_lower and var_upper must hold at least one instance, got B = 0")
     base, scaling = _prepare(lp, options, batched=True)
     data, state = _scaled_batch(base, scaling, lower, upper, costs, x0, y0)
-    return LPBatch(lp, options, scaling, data, state, lower, upper, costs)
+    started = np.full(lower.shape[0], time.perf_counter())
+    return LPBatch(lp, options, scaling, data, state, lower, upper, costs, started)
 
 
 def batch_advance(
@@ -814,7 +852,9 @@ def batch_advance(
     """Runs every unfinished slot for at most ``evaluations`` evaluation periods of
     ``options.eval_every`` iterations (``None``: until every slot stops). Finished slots do
     not change. ``threads`` as in :func:`solve_lp_batch`: the slots are cut into that many
-    groups of consecutive slots, each advanced by its own loop on its own thread."""
+    groups of consecutive slots, each advanced by its own loop on its own thread.
+    ``options.time_limit`` counts from each slot's fill (:func:`batch_start`,
+    :func:`batch_refill`), not from this call."""
     if evaluations is not None and (
         isinstance(evaluations, bool) or not isinstance(evaluations, int) or evaluations < 1
     ):
@@ -822,7 +862,11 @@ def batch_advance(
     limit = jnp.asarray(np.iinfo(np.int32).max if evaluations is None else evaluations, jnp.int32)
     advance = _batched_advance(batch.options)
     return _in_groups(
-        batch, threads, lambda part: part._replace(state=advance(part.data, part.state, limit))
+        batch,
+        threads,
+        lambda part: part._replace(
+            state=advance(part.data, part.state, limit, _slot_deadlines(part))
+        ),
     )
 
 
@@ -847,10 +891,11 @@ def batch_refill(
     )
     if slots.size == 0:
         return batch
-    all_lower, all_upper, all_costs = (
-        a.copy() for a in (batch.var_lower, batch.var_upper, batch.costs)
+    all_lower, all_upper, all_costs, all_started = (
+        a.copy() for a in (batch.var_lower, batch.var_upper, batch.costs, batch.started)
     )
     all_lower[slots], all_upper[slots], all_costs[slots] = lower, upper, costs
+    all_started[slots] = time.perf_counter()
     base, scaling = _prepare(batch.lp, batch.options, batched=True)
     # only the refilled rows move to the device, padded to a power of two
     rows = _pad_index(np.arange(slots.size))
@@ -866,6 +911,7 @@ def batch_refill(
         var_lower=all_lower,
         var_upper=all_upper,
         costs=all_costs,
+        started=all_started,
     )
 
 
@@ -916,6 +962,7 @@ def _select_slots(batch: LPBatch, pick: np.ndarray) -> LPBatch:
         var_lower=batch.var_lower[pick],
         var_upper=batch.var_upper[pick],
         costs=batch.costs[pick],
+        started=batch.started[pick],
     )
 
 
@@ -990,6 +1037,8 @@ def solve_lp_batch(
     """
     start = time.perf_counter()
     batch = batch_start(lp, var_lower, var_upper, c, options=options, warm_start=warm_start)
+    # the time limit counts from this call, for every instance and every advance below
+    batch = batch._replace(started=np.full_like(batch.started, start))
     run = _run_compacting if compact else functools.partial(batch_advance, threads=1)
     batch = _in_groups(batch, threads, run)
     return batch_solution(batch, time.perf_counter() - start)
@@ -1083,7 +1132,9 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     work = batch
     while True:
         small = active.size < _COMPACT_MIN
-        state = advance(work.data, work.state, to_the_end if small else chunk)
+        state = advance(
+            work.data, work.state, to_the_end if small else chunk, _slot_deadlines(work)
+        )
         work = work._replace(state=state)
         running = np.asarray(state.status).reshape(-1) == _RUNNING
         count = int(running.sum())

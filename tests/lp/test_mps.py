@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxopt_suite.lp import LP, MPSError, read_mps, write_mps
+from jaxopt_suite.lp import LP, MPSError, Status, read_mps, solve_lp, write_mps
 
 
 def _random_lp(seed, m=6, n=5):
@@ -42,6 +42,91 @@ def test_round_trip(tmp_path, seed):
     for field in ("row_lower", "row_upper", "var_lower", "var_upper", "integer"):
         np.testing.assert_array_equal(getattr(back, field), getattr(lp, field), err_msg=field)
     assert back.objective_offset == lp.objective_offset and back.objective_sign == 1
+
+
+def test_round_trip_keeps_lopsided_two_sided_rows(tmp_path):
+    # A two-sided row written as its larger side plus a range loses the smaller side:
+    # [-1e15, 1e-5] as -1e15 + 1e15 reads back as [-1e15, 0].
+    lo = np.array([-1e15, -1e-5, 1e-7, -4e14, 0.1, -3.0])
+    hi = np.array([1e-5, 1e15, 3e12, -2.5e-3, 0.3, 7e13])
+    rng = np.random.default_rng(0)
+    lo = np.r_[lo, -(10.0 ** rng.uniform(0, 15, 50))]  # and 50 random lopsided rows
+    hi = np.r_[hi, 10.0 ** rng.uniform(-8, 0, 50)]
+    lp = LP(np.ones(1), np.ones((lo.size, 1)), lo, hi, [0.0], [np.inf])
+    path = tmp_path / "lopsided.mps"
+    write_mps(lp, path)
+    back = read_mps(path)
+    np.testing.assert_array_equal(back.row_lower, lo)
+    np.testing.assert_array_equal(back.row_upper, hi)
+
+
+def test_values_from_1e20_on_read_as_infinite(tmp_path):
+    path = tmp_path / "big.mps"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            NAME BIG
+            ROWS
+             N COST
+             G LIM1
+             L LIM2
+             E LIM3
+             G LIM4
+            COLUMNS
+                X COST 1 LIM1 1
+                Y COST 1 LIM2 1
+                Y LIM3 1 LIM4 1
+            RHS
+                RHS LIM1 1 LIM2 1e30
+                RHS LIM3 2 LIM4 -1e20
+                RHS COST 1e30
+            RANGES
+                RNG LIM3 -1e25
+            BOUNDS
+             UP BND X 1e30
+             LO BND Y -1e21
+             UP BND Y 5
+            ENDATA
+            """
+        )
+    )
+    lp = read_mps(path)
+    np.testing.assert_array_equal(lp.row_lower, [1.0, -np.inf, -np.inf, -np.inf])
+    np.testing.assert_array_equal(lp.row_upper, [np.inf, np.inf, 2.0, np.inf])
+    np.testing.assert_array_equal(lp.var_lower, [0.0, -np.inf])
+    np.testing.assert_array_equal(lp.var_upper, [np.inf, 5.0])
+    assert lp.objective_offset == -1e30  # the objective constant is not a bound
+    # Kept finite, 1e30 entered the norm of the bounds that scales the primal residual,
+    # and x = 0 (violating X >= 1 by 1) passed as optimal with objective 0.
+    small = LP(lp.c, lp.A[:2], lp.row_lower[:2], lp.row_upper[:2], [0.0, 0.0], [np.inf] * 2)
+    solution = solve_lp(small)
+    assert solution.status == Status.OPTIMAL
+    np.testing.assert_allclose(solution.x, [1.0, 0.0], atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "match"),
+    [
+        ("BOUNDS\n LO BND a 1e30\n", 8, "LO bound 1e30 on column 'a' is infinite on the wrong"),
+        ("BOUNDS\n UP BND a -1e20\n", 8, "UP bound -1e20 on column 'a' is infinite"),
+        ("BOUNDS\n FX BND a 1e21\n", 8, "FX bound 1e21 on column 'a' is infinite"),
+        ("RHS\n RHS r -1e30\n", 8, r"L row 'r' with RHS -inf and RANGES None has bounds"),
+        ("RHS\n RHS r 1e30\nRANGES\n RNG r 4\n", 8, r"bounds \[inf, inf\]"),
+    ],
+)
+def test_infinite_values_on_the_wrong_side_name_the_line(tmp_path, body, line, match):
+    path = tmp_path / "bad.mps"
+    path.write_text(f"NAME x\nROWS\n N obj\n L r\nCOLUMNS\n a r 1\n{body}ENDATA\n")
+    with pytest.raises(MPSError, match=rf"bad.mps:{line}: .*{match}"):
+        read_mps(path, format="free")
+
+
+def test_writing_huge_finite_bounds_warns(tmp_path):
+    lp = LP([1.0], [[1.0]], [-1e25], [1.0], [0.0], [3e20])
+    with pytest.warns(UserWarning, match="1e.20 in row_lower, var_upper read back as infinite"):
+        write_mps(lp, tmp_path / "huge.mps")
+    back = read_mps(tmp_path / "huge.mps")
+    assert back.row_lower[0] == -np.inf and back.var_upper[0] == np.inf
 
 
 def _card(f1="", f2="", f3="", f4="", f5="", f6=""):
@@ -96,6 +181,18 @@ def test_fixed_format_with_spaces_in_names(tmp_path):
     assert lp.objective_offset == 3.5  # RHS on the objective row is minus the constant
     with pytest.raises(MPSError, match=r"fixed.mps:\d+"):
         read_mps(path, format="free")
+
+
+@pytest.mark.parametrize("format", ["fixed", "auto"])
+def test_fixed_format_objsense_on_the_next_line(tmp_path, format):
+    # write_mps's layout: OBJSENSE alone, MAX indented on the next line (field 2 of a
+    # fixed card, where field 1 is empty).
+    path = tmp_path / "sense.mps"
+    path.write_text(FIXED.replace("ROWS", "OBJSENSE\n    MAX\nROWS", 1))
+    lp = read_mps(path, format=format)  # auto: the spaced names fail the free reading
+    assert lp.objective_sign == -1
+    np.testing.assert_array_equal(lp.c, [-1.0, -2.0, 1.0])
+    assert lp.objective_offset == -3.5
 
 
 def test_free_format_objsense_max_markers_and_bound_types(tmp_path):

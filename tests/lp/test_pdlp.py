@@ -100,6 +100,7 @@ def test_bad_options():
         (LPOptions(tolerance=0.0), "tolerance must be > 0"),
         (LPOptions(max_iterations=0), "max_iterations and eval_every must be >= 1"),
         (LPOptions(time_limit=-1.0), "time_limit must be > 0"),
+        (LPOptions(eval_every=2.5), "eval_every must be an int, got 2.5"),
         (LPOptions(matrix="csr"), r"matrix must be one of \('auto', 'dense', 'ell'"),
     ):
         with pytest.raises(ValueError, match=match):
@@ -250,6 +251,52 @@ def test_time_limit_stops_the_solve():
     solution = solve_lp(lp, LPOptions(time_limit=1e-9, tolerance=1e-12))
     assert solution.status == Status.TIME_LIMIT and "time limit" in solution.message
     assert solution.iterations == LPOptions().eval_every
+
+
+def _slow_batch(batch=64):
+    """A tiny LP in ``batch`` copies that never meets its tolerance: only a limit stops it."""
+    lp = LP([1.0, 1.0, 1.0], [[1, 2, 3], [3, 1, -1]], [1, 0], [2, np.inf], [0] * 3, [np.inf] * 3)
+    return lp, np.zeros((batch, 3)), np.full((batch, 3), np.inf)
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_batch_time_limit_counts_from_the_start_of_the_solve(compact):
+    # 64 instances on one thread: the compacting loop advances them two evaluations per
+    # call, each far shorter than the limit. A clock restarted by every call never
+    # reached it, and the batch ran on to the iteration limit (seconds later).
+    lp, lower, upper = _slow_batch()
+    options = LPOptions(tolerance=1e-30, max_iterations=10**6, time_limit=0.2)
+    solve_lp_batch(lp, lower, upper, options=options, compact=compact, threads=1)  # compile
+    result = solve_lp_batch(lp, lower, upper, options=options, compact=compact, threads=1)
+    assert np.all(result.status == Status.TIME_LIMIT), set(result.status.tolist())
+    assert result.iterations.max() < options.max_iterations
+    assert result.seconds < 0.2 + 2.0  # one evaluation takes about a millisecond here
+
+
+def test_batch_advance_time_limit_counts_from_each_slots_fill():
+    import time
+
+    from jaxopt_suite.lp import batch_advance, batch_refill, batch_start
+
+    lp, lower, upper = _slow_batch(4)
+    options = LPOptions(tolerance=1e-30, max_iterations=10**6, time_limit=0.3)
+    every = options.eval_every
+
+    def run(wait):
+        batch = batch_advance(batch_start(lp, lower, upper, options=options), 1)
+        time.sleep(wait)
+        late = batch_advance(batch, 1)
+        refilled = batch_advance(batch_refill(late, [0], lower[:1], upper[:1]), 1)
+        return batch, late, refilled
+
+    run(0.0)  # compiles every step, so that only the sleep below passes the limit
+    batch, late, refilled = run(0.4)
+    assert np.all(batch.status == -1)
+    # the slots' clocks ran between the calls: past the limit at the next evaluation
+    assert np.all(late.status == Status.TIME_LIMIT)
+    assert np.all(np.asarray(late.state.iterations) == 2 * every)
+    # a refilled slot's clock starts at its refill; the others stay stopped
+    assert refilled.status.tolist() == [-1] + [int(Status.TIME_LIMIT)] * 3
 
 
 def test_batched_block_products_are_one_spmm():

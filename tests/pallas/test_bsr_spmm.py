@@ -44,6 +44,22 @@ def test_kernel_under_vmap():
     np.testing.assert_allclose(out, jax.vmap(lambda x: bsr_spmm_reference(E, x))(Xs), atol=ATOL)
 
 
+def test_float64_inputs_accumulate_in_float64():
+    # 0.5-density 20 x 20 in 8 x 8 tiles: three tiles per block row, sums of ~10 terms.
+    # A float32 accumulator leaves errors ~1e-7; a float64 one ~1e-15.
+    A = sp.random(20, 20, density=0.5, random_state=0, format="csr")
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    exact = A @ X
+    with jax.enable_x64(True):
+        E = BlockELL.from_scipy(A, BlockSizes(8, 8))
+        assert E.blocks.dtype == jnp.float64
+        out = bsr_spmm(E, jnp.asarray(X), interpret=True)
+        reference = bsr_spmm_reference(E, jnp.asarray(X))
+    assert out.dtype == jnp.float64
+    np.testing.assert_allclose(out, exact, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(out, reference, rtol=0, atol=1e-13)
+
+
 def test_block_ell_layout_pads_each_block_row_to_the_same_count():
     # Block row 0 has tiles in block columns 0 and 2, block row 1 only in column 1.
     dense = np.zeros((4, 6))
