@@ -26,10 +26,24 @@ Nodes are pruned with the safe Lagrangian dual bound of their LP
 (:func:`~jaxopt_suite.lp.dual_bound`), which holds however early the LP stopped. The node
 store is a set of fixed-capacity arrays (intervals, bound, depth, order) on the host; the
 LP work, which is where the time goes, runs batched on the device.
+
+A primal ray of a node LP (``DUAL_INFEASIBLE``) does not by itself make the model
+unbounded. The ray ``d`` lies in the recession cone of the relaxation, and that cone is the
+same for every node: the lambda columns are boxed in ``[0, 1]``, so ``d`` moves no lambda,
+hence (link rows ``x = sum d_k lambda_k``) no PWL argument and no ``z``; the node bounds only
+touch lambdas. So a feasible PWL point ``v`` gives feasible PWL points ``v + t d`` for every
+``t >= 0`` (same rows' recession directions, same SOS2 support) with the objective going to
+``-inf``: the model is unbounded if and only if it is feasible. A ray therefore starts a
+feasibility search, the same branch-and-bound on the model with objective 0 that stops at
+the first PWL point: a point makes the answer ``UNBOUNDED`` (the point is returned as the
+witness), a completed search ``INFEASIBLE``, and a search stopped by the node or time limit
+``INFEASIBLE_OR_UNBOUNDED`` (there is no finite optimum either way). The ray is the LP
+solver's certificate, to its tolerance, like every other status it reports.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import sys
@@ -61,15 +75,22 @@ class MIPStatus(enum.IntEnum):
     UNBOUNDED = 2
     NODE_LIMIT = 3
     TIME_LIMIT = 4
+    # the relaxation has a primal ray (no finite optimum), and the feasibility search that
+    # would tell the two apart stopped at the node or time limit
+    INFEASIBLE_OR_UNBOUNDED = 5
 
 
 MESSAGES = {
     MIPStatus.OPTIMAL: "optimal within the gap tolerances",
     MIPStatus.INFEASIBLE: "infeasible",
-    MIPStatus.UNBOUNDED: "unbounded: the root relaxation has a primal ray (an unbounded "
-    "variable in the objective's descent direction)",
+    MIPStatus.UNBOUNDED: "unbounded: the relaxation has a primal ray (it moves no lambda, so "
+    "no PWL argument) and the model has a feasible point x, so x plus any nonnegative multiple "
+    "of the ray is feasible and the objective has no bound",
     MIPStatus.NODE_LIMIT: "node limit reached",
     MIPStatus.TIME_LIMIT: "time limit reached",
+    MIPStatus.INFEASIBLE_OR_UNBOUNDED: "infeasible or unbounded: the relaxation has a primal "
+    "ray, so there is no finite optimum, but the feasibility search that decides between the "
+    "two stopped",
 }
 
 
@@ -107,7 +128,12 @@ class MIPSolution(NamedTuple):
     """``x``: model-variable values (``z`` included); ``objective`` and ``bound`` in the
     model's sense (a lower bound for a minimisation, an upper bound for a maximisation);
     ``gap`` relative; ``history``: ``(seconds, nodes, objective, bound)`` at each new
-    incumbent; ``lp_x``: the incumbent's LP point (lambda columns included)."""
+    incumbent; ``lp_x``: the incumbent's LP point (lambda columns included).
+
+    ``UNBOUNDED`` and ``INFEASIBLE_OR_UNBOUNDED`` report ``bound = -inf`` (``+inf`` for a
+    maximisation); ``UNBOUNDED`` returns a feasible point as ``x`` (its ``objective`` is that
+    point's value, the ``gap`` infinite), the witness that the ray of the relaxation is a ray
+    of the model (module docstring). ``INFEASIBLE`` reports ``bound = +inf`` (``-inf``)."""
 
     x: np.ndarray | None
     objective: float
@@ -309,8 +335,20 @@ def solve_pwl(model: PWLModel, options: PWLOptions | None = None) -> MIPSolution
 
 
 class _Solver:
-    def __init__(self, model: PWLModel, compiled: CompiledPWL, options: PWLOptions) -> None:
+    def __init__(
+        self,
+        model: PWLModel,
+        compiled: CompiledPWL,
+        options: PWLOptions,
+        *,
+        feasibility: bool = False,
+    ) -> None:
         self.model, self.compiled, self.options = model, compiled, options
+        # a feasibility search (objective 0, started by a ray): it reports a ray as it
+        # finds it instead of starting a search of its own
+        self.feasibility = feasibility
+        # set when a ray was met: the rest of the status message (see _settle_ray)
+        self.ray_detail: str | None = None
         lp = compiled.lp
         self.lp = lp
         self.sign = lp.objective_sign
@@ -696,12 +734,15 @@ class _Solver:
             if opts.progress and elapsed - last_print >= opts.progress_every:
                 last_print = elapsed
                 self._print(elapsed, bound)
+        if status == MIPStatus.UNBOUNDED and not self.feasibility:
+            status, rounds = self._settle_ray(start, rounds)
         elapsed = time.perf_counter() - start
-        bound = (
-            self.bound(_node_bounds(slots))
-            if status not in (MIPStatus.INFEASIBLE, MIPStatus.UNBOUNDED)
-            else self.incumbent
-        )
+        if status in (MIPStatus.UNBOUNDED, MIPStatus.INFEASIBLE_OR_UNBOUNDED):
+            bound = -math.inf  # no finite optimum (or, for the latter, perhaps no point)
+        elif status == MIPStatus.INFEASIBLE:
+            bound = math.inf  # the minimum over an empty set
+        else:
+            bound = self.bound(_node_bounds(slots))
         if status == MIPStatus.OPTIMAL and not (
             math.isfinite(self.incumbent) or math.isfinite(self.fallback[0])
         ):
@@ -709,6 +750,59 @@ class _Solver:
         if opts.progress:
             self._print(elapsed, bound)
         return self._solution(status, bound, elapsed, rounds)
+
+    def _settle_ray(self, start: float, rounds: int) -> tuple[MIPStatus, int]:
+        """A node LP has a primal ray, so the model is infeasible or unbounded (module
+        docstring): a PWL point decides. The incumbent (or the fallback) is one; else the
+        model with objective 0 is searched, with the nodes and time left, by this same
+        branch-and-bound, stopped at its first point (``absolute_gap = inf``: any point is
+        optimal). Returns the status (``UNBOUNDED``, ``INFEASIBLE`` or
+        ``INFEASIBLE_OR_UNBOUNDED``) and the rounds, with the search's point made the
+        incumbent (the witness reported as ``x``)."""
+        if math.isfinite(self.incumbent) or math.isfinite(self.fallback[0]):
+            self.ray_detail = "; x is the incumbent found before the ray"
+            return MIPStatus.UNBOUNDED, rounds
+        opts = self.options
+        nodes_left = int(opts.node_limit) - self.nodes
+        elapsed = time.perf_counter() - start
+        time_left = None if opts.time_limit is None else opts.time_limit - elapsed
+        if nodes_left < 1 or (time_left is not None and time_left <= 0):
+            limit = "node" if nodes_left < 1 else "time"
+            self.ray_detail = f" (the {limit} limit left no room for it)"
+            return MIPStatus.INFEASIBLE_OR_UNBOUNDED, rounds
+        lp = self.lp
+        zero = dataclasses.replace(lp, c=np.zeros(lp.num_cols), objective_offset=0.0)
+        search = _Solver(
+            self.model,
+            dataclasses.replace(self.compiled, lp=zero),
+            opts._replace(absolute_gap=math.inf, node_limit=nodes_left, time_limit=time_left),
+            feasibility=True,
+        ).run()
+        self.nodes += search.nodes
+        rounds += search.rounds
+        what = f"a feasibility search (objective 0) of {search.nodes} nodes"
+        if search.lp_x is not None:
+            point = np.asarray(search.lp_x, np.float64)
+            objective = float(lp.c @ point) + lp.objective_offset
+            if search.polished:
+                self.incumbent, self.incumbent_x = objective, point.copy()
+            else:
+                self.fallback = (objective, point.copy())
+            self.first_time = elapsed + search.first_incumbent_time
+            self.ray_detail = f"; x was found by {what}"
+            return MIPStatus.UNBOUNDED, rounds
+        if search.status == MIPStatus.INFEASIBLE:
+            self.ray_detail = (
+                f"infeasible: the relaxation has a primal ray, but {what} proved that no point "
+                "meets the rows, bounds and SOS2 conditions"
+            )
+            return MIPStatus.INFEASIBLE, rounds
+        stopped = {
+            MIPStatus.NODE_LIMIT: "the node limit",
+            MIPStatus.TIME_LIMIT: "the time limit",
+        }.get(search.status, f"its status {search.status.name}")
+        self.ray_detail = f" ({what}, stopped by {stopped})"
+        return MIPStatus.INFEASIBLE_OR_UNBOUNDED, rounds
 
     def _lend_iterates(self, batch, slots, started, rounds) -> None:
         """Repair and pump jobs from the current iterate of node LPs that have run for
@@ -774,6 +868,8 @@ class _Solver:
         if st == Status.PRIMAL_INFEASIBLE:
             return MIPStatus.INFEASIBLE if is_root and not self.store.count() else None
         if st == Status.DUAL_INFEASIBLE:
+            # a ray of the relaxation (every node has the same recession cone): the model
+            # is infeasible or unbounded, which run() settles (_settle_ray)
             return MIPStatus.UNBOUNDED
         bound = job.bound
         db = float(sol.dual_bound[row])
@@ -875,7 +971,11 @@ class _Solver:
         else:
             gap, x, objective, polished = math.inf, None, math.nan, False
         message = MESSAGES[status]
-        if status == MIPStatus.INFEASIBLE:
+        if self.ray_detail is not None and status == MIPStatus.INFEASIBLE:
+            message = self.ray_detail
+        elif self.ray_detail is not None:
+            message += self.ray_detail
+        elif status == MIPStatus.INFEASIBLE:
             message = (
                 "infeasible: the root relaxation has a dual ray (no point satisfies the rows "
                 "and bounds)"
@@ -884,7 +984,7 @@ class _Solver:
             )
         elif status in (MIPStatus.NODE_LIMIT, MIPStatus.TIME_LIMIT) and not math.isfinite(inc):
             message += "; no feasible point found"
-        elif not polished:
+        if not polished and math.isfinite(inc):
             message += (
                 "; its polishing LP did not finish, so the point comes from a node LP "
                 f"(largest relative model violation {violation:.1e})"

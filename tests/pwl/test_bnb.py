@@ -73,6 +73,32 @@ def brute_force(model):
     return lp.objective_sign * best
 
 
+def evaluate(model, x):
+    """``(objective, largest violation)`` of model-variable values ``x``, read off the
+    model's description (``to_dict``) rather than ``objective_value`` / ``check``, the code
+    under test: absolute violations of bounds, rows and ``z = f(x)`` (interpolated here)."""
+    data = model.to_dict()
+    names = [v["name"] for v in data["variables"]]
+    value = dict(zip(names, np.asarray(x, np.float64), strict=True))
+    worst = 0.0
+    for v in data["variables"]:
+        if "pwl" in v:
+            spec = v["pwl"]
+            arg = value[spec["x"]]
+            d = spec["breakpoints"]
+            worst = max(worst, d[0] - arg, arg - d[-1])
+            worst = max(worst, abs(value[v["name"]] - np.interp(arg, d, spec["values"])))
+        else:
+            worst = max(worst, float(v["lower"]) - value[v["name"]])
+            worst = max(worst, value[v["name"]] - float(v["upper"]))
+    for row in data["constraints"]:
+        a = sum(c * value[k] for k, c in row["terms"].items())
+        worst = max(worst, float(row["lower"]) - a, a - float(row["upper"]))
+    objective = data["objective"]
+    total = objective["constant"] + sum(c * value[k] for k, c in objective["terms"].items())
+    return float(total), float(worst)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_matches_brute_force(seed, batch_size):
@@ -85,7 +111,11 @@ def test_matches_brute_force(seed, batch_size):
     # the returned point is checked on the model: the LP point repaired onto its rows
     # within its SOS2 pairs meets them, and z = f(x), to rounding
     assert sol.violation == model.check(sol.x) <= 1e-9
-    assert model.objective_value(sol.x) == sol.objective
+    # and, evaluated independently of the model's own code, the point is feasible and
+    # worth the brute-force optimum
+    value, violation = evaluate(model, sol.x)
+    assert violation <= 1e-6
+    assert abs(value - exact) <= 1e-4 * max(1.0, abs(exact))
 
 
 def test_maximisation_reports_in_the_model_sense():
@@ -138,23 +168,80 @@ def test_infeasible_only_after_branching():
     assert sol.status == MIPStatus.INFEASIBLE
 
 
-def test_unbounded_model():
+def unbounded_model(sense="min"):
     m = PWLModel()
     x = m.add_variable(0.0, 10.0)
     free = m.add_variable(-math.inf, math.inf, name="free")
     f = m.add_pwl(x, [0, 5, 10], [0, 3, 1])
-    m.minimize({f: 1.0, free: 1.0})
+    if sense == "min":
+        m.minimize({f: 1.0, free: 1.0})
+    else:
+        m.maximize({f: -1.0, free: -1.0})
+    return m, free
+
+
+@pytest.mark.parametrize("sense", ["min", "max"])
+def test_unbounded_model(sense):
+    m, free = unbounded_model(sense)
     sol = solve_pwl(m, PWLOptions(batch_size=2))
-    assert sol.status == MIPStatus.UNBOUNDED
+    assert sol.status == MIPStatus.UNBOUNDED, sol.message
+    # no finite optimum: the bound is -inf for a minimisation, +inf for a maximisation
+    assert sol.bound == (-math.inf if sense == "min" else math.inf)
+    assert "polishing" not in sol.message
+    # the witness: a feasible point from which the ray (free -> -inf) stays feasible and
+    # improves the objective without bound
+    value, violation = evaluate(m, sol.x)
+    assert violation <= 1e-6 and value == pytest.approx(sol.objective)
+    further = np.array(sol.x)
+    further[free.index] -= 1e3
+    value_further, violation_further = evaluate(m, further)
+    assert violation_further <= 1e-6
+    assert (value_further < value - 999) if sense == "min" else (value_further > value + 999)
+
+
+def test_unbounded_relaxation_of_an_infeasible_model_is_infeasible():
+    # the relaxation has a ray (y -> inf lowers x - y) but no PWL point meets the rows
+    # (as in test_infeasible_only_after_branching): a ray alone proves nothing
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0, name="x")
+    y = m.add_variable(0.0, math.inf, name="y")
+    f = m.add_pwl(x, [0, 4, 5, 6, 10], [0, 0, 5, 0, 0])
+    m.add_constraint({f: 1.0}, lower=2.5, upper=2.5)
+    m.add_constraint({x: 1.0}, lower=4.0, upper=4.4)
+    m.minimize({x: 1.0, y: -1.0})
+    sol = solve_pwl(m, PWLOptions(batch_size=2))
+    assert sol.status == MIPStatus.INFEASIBLE, sol.message
+    assert sol.x is None and sol.bound == math.inf
+    assert "primal ray" in sol.message and "feasibility search" in sol.message
+    assert "polishing" not in sol.message and "nan" not in sol.message
+
+
+def test_ray_without_room_for_the_feasibility_search():
+    # the root's ray uses the only node: infeasible or unbounded, honestly undecided
+    m, _ = unbounded_model()
+    sol = solve_pwl(m, PWLOptions(batch_size=2, node_limit=1))
+    assert sol.status == MIPStatus.INFEASIBLE_OR_UNBOUNDED, sol.message
+    assert sol.x is None and sol.bound == -math.inf and sol.nodes == 1
+    assert "node limit" in sol.message and "polishing" not in sol.message
 
 
 def test_node_limit_is_honest():
     model = random_model(7, functions=5, segments=6)
     sol = solve_pwl(model, PWLOptions(batch_size=1, node_limit=2, repair="off", pump=False))
     assert sol.status in (MIPStatus.NODE_LIMIT, MIPStatus.OPTIMAL)
+    exact = brute_force(model)
+    tol = 1e-4 * max(1.0, abs(exact))
+    # whatever the status, the bound is valid and a returned point is feasible, so it can
+    # be no better than the optimum
+    assert sol.bound <= exact + tol
+    if sol.x is not None:
+        value, violation = evaluate(model, sol.x)
+        assert violation <= 1e-6
+        assert value == pytest.approx(sol.objective) and value >= exact - tol
     if sol.status == MIPStatus.NODE_LIMIT:
         assert sol.nodes <= 2
-        assert sol.x is None or sol.gap >= 0
+    else:
+        assert abs(sol.objective - exact) <= tol
 
 
 # --------------------------------------------------------------------------------------
