@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def check_key(key: Any, name: str = "key") -> None:
@@ -27,6 +29,21 @@ def check_integer(name: str, value: Any, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_real(name: str, value: Any, expected: str, ok: Callable[[float], bool]) -> None:
+    """A ValueError saying ``name`` must ``expected`` unless the concrete ``value`` (a real
+    number, or an array of them) passes ``ok`` at every entry (NaN fails every comparison);
+    a traced value (under ``jit`` or ``vmap``, a hyper-parameter given as a leaf) passes
+    unchecked, as its value is unknown while tracing."""
+    if isinstance(value, jax.core.Tracer):
+        return
+    try:
+        values = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must {expected} (a real number), got {value!r}") from None
+    if not all(ok(float(v)) for v in values.ravel()):
+        raise ValueError(f"{name} must {expected}, got {value!r}")
 
 
 def check_settings(

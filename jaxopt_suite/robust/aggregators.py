@@ -18,11 +18,13 @@ Each rule maps the stacked worker updates (a pytree whose leaves have a leading 
 * :func:`sign_majority`: ``sign(sum_i sign(g_i))`` (signSGD with majority vote, Bernstein
   et al., 2019): scale it by the learning rate.
 
-:func:`make_aggregator` builds one by name and checks the Byzantine count it must tolerate.
+:func:`make_aggregator` builds one by name and checks its options (:data:`OPTIONS`) and the
+Byzantine count it must tolerate.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_integer
+from jaxopt_suite._checks import check_integer, check_real
 
 AGGREGATORS = (
     "mean",
@@ -55,6 +57,19 @@ TOLERANCE = {
     "geometric_median": "n > 2f",
     "centered_clipping": "n > 2f",
     "sign_majority": "n > 2f",
+}
+
+
+# the keyword options each rule takes through make_aggregator
+OPTIONS = {
+    "mean": (),
+    "coordinate_median": (),
+    "trimmed_mean": (),
+    "krum": (),
+    "multi_krum": ("m",),
+    "geometric_median": ("iterations", "eps"),
+    "centered_clipping": ("tau", "iterations"),
+    "sign_majority": (),
 }
 
 
@@ -106,13 +121,35 @@ def trimmed_mean(updates: Any, num_byzantine: int) -> Any:
     return unravel(jnp.mean(ordered[f : n - f], axis=0))
 
 
+def _pairwise_squared_distances(M: jax.Array) -> jax.Array:
+    """``|g_i - g_j|^2`` for every pair of rows, ``(n, n)``, in ``O(n^2 + n D)`` memory.
+
+    The Gram expansion ``|a|^2 + |b|^2 - 2 a.b`` loses every digit when the workers share
+    a large common part (a gradient of norm 1e4 with a spread of 1e-2 across workers: the
+    terms are 1e8 and their float32 rounding is larger than the distances), which let Krum
+    pick Byzantine updates a float64 reference rejects. Distances do not change under a
+    translation, so the rows are centred on the coordinate-wise median first: what is left
+    is the workers' spread, and the expansion's error is relative to it. The median, not the
+    mean: a few wild rows would drag a mean away from the honest ones (their distances are
+    then computed from large norms again) but cannot move the median far."""
+    C = M - jnp.median(M, axis=0, keepdims=True)
+    squared = jnp.sum(C * C, axis=1)
+    return jnp.maximum(squared[:, None] + squared[None, :] - 2.0 * C @ C.T, 0.0)
+
+
 def _krum_scores(M: jax.Array, f: int) -> jax.Array:
     n = M.shape[0]
-    squared = jnp.sum(M * M, axis=1)
-    distance = jnp.maximum(squared[:, None] + squared[None, :] - 2.0 * M @ M.T, 0.0)
+    distance = _pairwise_squared_distances(M)
     distance = jnp.where(jnp.eye(n, dtype=bool), jnp.inf, distance)  # not its own neighbour
     nearest = jnp.sort(distance, axis=1)[:, : n - f - 2]
     return jnp.sum(nearest, axis=1)
+
+
+def _check_m(m: Any, n: int) -> int:
+    """Multi-Krum's count ``m`` of averaged updates as an int in ``[1, n]``."""
+    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or not 1 <= m <= n:
+        raise ValueError(f"m must be an integer in [1, {n}], got {m!r}")
+    return int(m)
 
 
 def multi_krum(updates: Any, num_byzantine: int, m: int | None = None) -> Any:
@@ -120,10 +157,8 @@ def multi_krum(updates: Any, num_byzantine: int, m: int | None = None) -> Any:
     M, unravel = stack(updates)
     n = M.shape[0]
     f = _check_byzantine("krum", n, num_byzantine, "n > 2f + 2")
-    m = n - f if m is None else m
-    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or not 1 <= m <= n:
-        raise ValueError(f"m must be an integer in [1, {n}], got {m!r}")
-    _, chosen = jax.lax.top_k(-_krum_scores(M, f), int(m))
+    m = _check_m(n - f if m is None else m, n)
+    _, chosen = jax.lax.top_k(-_krum_scores(M, f), m)
     return unravel(jnp.mean(M[chosen], axis=0))
 
 
@@ -131,8 +166,24 @@ def krum(updates: Any, num_byzantine: int) -> Any:
     return multi_krum(updates, num_byzantine, m=1)
 
 
+def _check_geometric_median(iterations: Any, eps: Any) -> int:
+    """``iterations`` (>= 1) as an int; ``eps`` finite and > 0: it floors the distances that
+    Weiszfeld's weights divide by (0 lets a row that sits on the iterate give 1/0, inf
+    makes every weight 0 and the step 0/0)."""
+    check_real("eps", eps, "be finite and > 0", lambda v: 0.0 < v < math.inf)
+    return check_integer("iterations", iterations, 1)
+
+
+def _check_centered_clipping(tau: Any, iterations: Any) -> int:
+    """``iterations`` (>= 1) as an int; ``tau`` > 0 (the clipping radius: at 0 or below
+    the step is 0 or reversed; inf is the mean, no clipping)."""
+    check_real("tau", tau, "be > 0", lambda v: v > 0.0)
+    return check_integer("iterations", iterations, 1)
+
+
 def geometric_median(updates: Any, iterations: int = 100, eps: float = 1e-8) -> Any:
     """Weiszfeld's iteration from the coordinate median, ``iterations`` steps."""
+    iterations = _check_geometric_median(iterations, eps)
     M, unravel = stack(updates)
 
     def step(z, _):
@@ -140,13 +191,14 @@ def geometric_median(updates: Any, iterations: int = 100, eps: float = 1e-8) -> 
         weight = 1.0 / distance
         return weight @ M / jnp.sum(weight), None
 
-    z, _ = jax.lax.scan(step, jnp.median(M, axis=0), None, length=int(iterations))
+    z, _ = jax.lax.scan(step, jnp.median(M, axis=0), None, length=iterations)
     return unravel(z)
 
 
 def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterations: int = 1):
     """``iterations`` clipping steps from ``center`` (the previous aggregate; zeros when
     ``None``)."""
+    iterations = _check_centered_clipping(tau, iterations)
     M, unravel = stack(updates)
     v = jnp.zeros(M.shape[1], M.dtype) if center is None else ravel_pytree(center)[0]
     if v.shape != (M.shape[1],):
@@ -158,7 +210,7 @@ def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterat
         scale = jnp.minimum(1.0, tau / jnp.maximum(norm, 1e-30))
         return v + jnp.mean(diff * scale, axis=0), None
 
-    v, _ = jax.lax.scan(step, v, None, length=int(iterations))
+    v, _ = jax.lax.scan(step, v, None, length=iterations)
     return unravel(v)
 
 
@@ -171,12 +223,26 @@ def make_aggregator(
     name: str, *, num_workers: int, num_byzantine: int = 0, **options
 ) -> Callable[..., Any]:
     """The rule ``name`` of :data:`AGGREGATORS` as ``aggregate(updates) -> update``, with
-    its options bound and the Byzantine count checked now against :data:`TOLERANCE` (the
-    mean is the non-robust baseline and accepts any count). ``centered_clipping``'s
-    function also takes ``center``."""
+    its options (:data:`OPTIONS`) bound and checked now, as is the Byzantine count against
+    :data:`TOLERANCE` (the mean is the non-robust baseline and accepts any count): a
+    misspelt or foreign option is an error here, not a default silently kept.
+    ``centered_clipping``'s function also takes ``center``."""
     if name not in AGGREGATORS:
         raise ValueError(f"aggregator must be one of {AGGREGATORS}, got {name!r}")
+    unknown = sorted(set(options) - set(OPTIONS[name]))
+    if unknown:
+        takes = ", ".join(OPTIONS[name]) if OPTIONS[name] else "none"
+        raise ValueError(
+            f"aggregator {name!r} does not take the option(s) {', '.join(unknown)} "
+            f"(its options: {takes})"
+        )
     n = check_integer("num_workers", num_workers, 1)
+    if name == "geometric_median":
+        _check_geometric_median(options.get("iterations", 100), options.get("eps", 1e-8))
+    elif name == "centered_clipping":
+        _check_centered_clipping(options.get("tau", 1.0), options.get("iterations", 1))
+    elif name == "multi_krum" and options.get("m") is not None:
+        _check_m(options["m"], n)
     need = TOLERANCE[name]
     if need is None:  # the mean: no tolerance to check, the count must still make sense
         if check_integer("num_byzantine", num_byzantine, 0) > n:

@@ -54,7 +54,9 @@ inf``, ``sum beta^2 < inf``), so ``y`` sees a quasi-static ``x``.
 
 Screen (optional; an addition of this reconstruction, not from the abstract). The server
 keeps each worker's pull ``p_i``, the sum of its messages' lifted bits ``sum_k s_k u_k``,
-and their count ``c_i``. Every ``n`` messages (``n`` workers) it scores each worker by
+and their count ``c_i``. Each time a round of ``n`` messages (``n`` workers) is complete,
+after the ``n``-th, ``2n``-th, ... message (all workers are admitted until the first), it
+scores each worker by
 
 .. math::
   T_i = c_i \\, \\lVert p_i / c_i - \\operatorname{med}_j (p_j / c_j) \\rVert^2
@@ -84,6 +86,7 @@ spread, and the ``robust`` suite's runs with both can collapse.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -92,7 +95,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_integer, check_key
+from jaxopt_suite._checks import check_integer, check_key, check_real
 from jaxopt_suite.robust.aggregators import stack
 from jaxopt_suite.zeroth_order._common import directional_differences, flat_plus, flat_view
 
@@ -289,14 +292,21 @@ def screened_track(
     state: ServerState, d: Directions, bits: jax.Array, beta, worker, kappa
 ) -> ServerState:
     """The fast step behind the screen: records ``worker``'s bits, refreshes the screen
-    every ``n`` messages, and applies the step only if the worker is admitted."""
+    every ``n`` messages, and applies the step only if the worker is admitted.
+
+    ``state.count`` messages were recorded before this one, so the refresh comes once
+    ``count + 1`` is a multiple of ``n``: after ``n``, ``2n``, ... messages, when a round of
+    ``n`` messages is complete (in synchronous rounds, every worker's). Refreshing on
+    ``count % n == 0`` instead scored the first message alone: its sender, the only worker
+    with a pull, stood out from ``n - 1`` empty records and was shut out, and every later
+    refresh saw one worker a message ahead of the others."""
     screen = state.screen
     lifted = lift(bits.astype(jnp.float32), d)
     screen = screen._replace(
         pulls=screen.pulls.at[worker].add(lifted), counts=screen.counts.at[worker].add(1.0)
     )
     screen = jax.lax.cond(
-        state.count % screen.counts.shape[0] == 0,
+        (state.count + 1) % screen.counts.shape[0] == 0,
         lambda s: refresh_screen(s, kappa),
         lambda s: s,
         screen,
@@ -373,6 +383,10 @@ def scale_by_far_sign(
     """
     check_key(key)
     K = check_integer("num_directions", num_directions, 1)
+    if not callable(beta):
+        # 0 never moves the tracker, a negative step moves it away from the workers'
+        # medians, NaN or inf spoil it at the first message
+        check_real("beta", beta, "be finite and > 0", lambda v: 0.0 < v < math.inf)
     kappa = None if screen is None else check_screen(screen)
     if kappa is not None and num_workers is None:
         raise ValueError("screen needs num_workers (the length of the stacked worker axis)")

@@ -247,7 +247,12 @@ def run_async(
 def _step_sizes(name: str, value, count: int) -> jax.Array:
     """A step size (a number, or a schedule of the update count) at updates ``0 ..
     count - 1``, as an array: the compiled loops take the values, not the function, so a
-    new step size does not compile them again."""
+    new step size does not compile them again.
+
+    Every value must be finite and >= 0. Zero is allowed: it holds a quantity still (a
+    schedule that warms up from 0; ``learning_rate=0`` to study the delays alone; ``alpha
+    = 0`` to watch the tracker on fixed parameters); a negative step ascends the loss (a
+    negative ``beta`` pushes the tracker away from the workers' medians) and is refused."""
     if callable(value):
         values = jax.vmap(lambda t: jnp.asarray(value(t), jnp.float32))(
             jnp.arange(count, dtype=jnp.int32)
@@ -258,6 +263,11 @@ def _step_sizes(name: str, value, count: int) -> jax.Array:
         values = jnp.full(count, value, jnp.float32)
     if not bool(jnp.all(jnp.isfinite(values))):
         raise ValueError(f"{name} must be finite at every update, got NaN or inf")
+    negative = np.flatnonzero(np.asarray(values) < 0)
+    if negative.size:
+        t = int(negative[0])
+        shown = value if not callable(value) else f"{float(values[t]):.6g} at update {t}"
+        raise ValueError(f"{name} must be >= 0 at every update, got {shown}")
     return values
 
 

@@ -26,9 +26,11 @@ and :func:`_adaptive_decision` (the query split and the step scale):
 * the next step queries the hint iff the predicted MSE is lower with the queries than
   spending the same k + q queries on random probes: ``(1 - alpha^2)/q < 1/(q + k)``;
 * the step is scaled by ``1 / (1 + m)`` with ``m = (d + 1)(1 - alpha^2)/q_eff`` the
-  estimated relative MSE -- the step that minimises the L-smooth descent bound
-  ``-eta ||g||^2 + (L/2) eta^2 (1 + m) ||g||^2`` at ``eta = 1/L``. The oracle variant uses the
-  true alpha and ``r = P_U g`` from the true gradient (for analysis).
+  estimated relative MSE (``alpha^2`` taken as 0 on a step that skipped the hint: that
+  estimate has no reference, ``m = (d + 1)/(q + k)``) -- the step that minimises the
+  L-smooth descent bound ``-eta ||g||^2 + (L/2) eta^2 (1 + m) ||g||^2`` at ``eta = 1/L``.
+  The oracle variant uses the true alpha and ``r = P_U g`` from the true gradient (for
+  analysis).
 
 References:
   Cheng et al., "Improving black-box adversarial attacks with a transfer-based prior",
@@ -44,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxopt_suite._checks import check_key
+from jaxopt_suite._checks import check_key, check_real
 from jaxopt_suite.zeroth_order._common import (
     ValueFn,
     check_int,
@@ -240,7 +242,8 @@ def _adaptive_decision(alpha2: jax.Array, num_probes: int, width: int) -> jax.Ar
 
 
 def _step_scale(alpha2: jax.Array, dim: int, num_random: jax.Array) -> jax.Array:
-    """1 / (1 + m), m = (d + 1)(1 - alpha^2) / q_eff the estimated relative MSE."""
+    """1 / (1 + m), m = (d + 1)(1 - alpha^2) / q_eff the estimated relative MSE; pass
+    ``alpha2 = 0`` for an estimate built without the hint's reference."""
     relative_mse = (dim + 1) * (1.0 - jnp.clip(alpha2, 0.0, 1.0)) / num_random
     return 1.0 / (1.0 + relative_mse)
 
@@ -269,11 +272,14 @@ def scale_by_cv_zod(
       num_directions: random probes q per step (static).
       sigma: finite-difference step.
       mode: one of ``"query"``, ``"adaptive"``, ``"oracle"``.
-      ema_decay: decay of the alpha^2 average in adaptive mode.
+      ema_decay: decay of the alpha^2 average in adaptive mode, in ``[0, 1)`` (0 keeps the
+        last step's estimate only; at 1 the averages never leave their initial 0, above 1
+        they diverge).
     """
     check_key(key)
     num_probes = check_int("num_directions", num_directions)
     check_positive("sigma", sigma)
+    check_real("ema_decay", ema_decay, "lie in [0, 1)", lambda v: 0.0 <= v < 1.0)
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
 
@@ -320,6 +326,12 @@ def scale_by_cv_zod(
             # Adaptive steps use the estimate from before this step's probes, so the scale
             # does not correlate with the estimate it multiplies (the first step has none).
             quality = jnp.where((state.count == 0) | (mode == "oracle"), current, previous)
+            # The hint only lowers the MSE when the estimate is built on it: a step that
+            # skipped the hint queries is the plain estimator on q + k probes, of relative
+            # MSE (d + 1)/(q + k) whatever the hint's quality (alpha^2 = 0 below). The
+            # oracle's reference P_U g is always used (its used_hint is False: no queries).
+            with_reference = estimate.used_hint | (mode == "oracle")
+            quality = jnp.where(with_reference, quality, 0.0)
             scale = _step_scale(quality, dim, estimate.num_random).astype(dtype)
         grad = jax.tree.map(lambda g: g * scale.astype(g.dtype), estimate.grad)
         new_state = CVZODState(

@@ -7,11 +7,13 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import optax
 
+from jaxopt_suite._checks import check_real
 from jaxopt_suite.zeroth_order._common import (
     Estimate,
     ValueFn,
@@ -97,7 +99,8 @@ def scale_by_spsa(
       key: PRNG key kept in the state and split at every update.
       num_directions: probes per update (static).
       sigma: initial perturbation size.
-      sigma_decay: exponent of the perturbation decay.
+      sigma_decay: exponent of the perturbation decay, finite and >= 0 (a negative one
+        grows the perturbation without bound).
       antithetic: central or forward differences; forward differences reuse the extra arg
         ``value`` (the loss at params, as optax passes it) when given.
 
@@ -105,6 +108,7 @@ def scale_by_spsa(
       An ``optax.GradientTransformationExtraArgs`` whose ``update`` takes ``value_fn``.
     """
     check_positive("sigma", sigma)
+    check_real("sigma_decay", sigma_decay, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
     return random_direction_transform(
         "scale_by_spsa",
         key,

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxopt_suite._checks import check_key
+from jaxopt_suite._checks import check_key, check_real
 from jaxopt_suite.zeroth_order._common import (
     ValueFn,
     check_int,
@@ -239,11 +239,16 @@ def _bias_partners(flat_paths: list, inputs: list) -> dict[int, int]:
     return partners
 
 
-def _check_options(kappa, num_directions, sigma, tail_weight, layout) -> tuple[int, int]:
+def _check_options(
+    kappa, num_directions, sigma, tail_weight, layout, covariance_power
+) -> tuple[int, int]:
     kappa = check_int("kappa", kappa)
     num_directions = check_int("num_directions", num_directions)
     check_positive("sigma", sigma)
     check_positive("tail_weight", tail_weight)
+    # any real exponent is a weighting (the docstring's three are the reasoned ones); NaN
+    # or inf makes every weight NaN, hence a NaN estimate
+    check_real("covariance_power", covariance_power, "be finite", math.isfinite)
     if layout not in _LAYOUTS:
         raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
     return kappa, num_directions
@@ -292,8 +297,11 @@ def szo_estimate(
       num_directions: probes q (static); with ``orthogonalize`` at most k_eff.
       sigma: finite-difference step.
       orthogonalize: QR-orthogonalise the q probes within the probe space.
-      covariance_power: eigenvalue weighting exponent: 0 plain, -1/2 whitened (the default,
-        fastest training), +1/2 best aligned (see the module docstring).
+      covariance_power: eigenvalue weighting exponent, a finite number: 0 plain, -1/2
+        whitened (the default, fastest training), +1/2 best aligned (see the module
+        docstring). The weights' squares are formed in the parameters' dtype, so in float32
+        powers below about -4.8 (with a direction at the 1e-4 eigenvalue floor) or far
+        above 1 overflow them.
       bias_correction: also probe the tail of the activation span (see module docstring).
       tail_weight: probe weight of the tail directions.
       layout: ``"in_out"`` if weights are (*fan_in, fan_out) (x @ W: flax), ``"out_in"`` if
@@ -314,7 +322,9 @@ def szo_estimate(
       :class:`SZOEstimate`.
     """
     value = check_value(value, check_value_fn(value_fn, params))
-    kappa, num_directions = _check_options(kappa, num_directions, sigma, tail_weight, layout)
+    kappa, num_directions = _check_options(
+        kappa, num_directions, sigma, tail_weight, layout, covariance_power
+    )
     flat_paths, treedef = jax.tree_util.tree_flatten_with_path(params)
     leaves = [leaf for _, leaf in flat_paths]
     inputs = (
@@ -426,7 +436,9 @@ def scale_by_szo(
     Args: as :func:`szo_estimate`, with ``key`` kept in the state and split every update.
     """
     check_key(key)
-    kappa, num_directions = _check_options(kappa, num_directions, sigma, tail_weight, layout)
+    kappa, num_directions = _check_options(
+        kappa, num_directions, sigma, tail_weight, layout, covariance_power
+    )
 
     def init_fn(params):
         dtype = jnp.result_type(*jax.tree.leaves(params))

@@ -72,6 +72,33 @@ def test_krum_and_multi_krum_match_the_definition(key):
     np.testing.assert_allclose(_vec(got), _krum_reference(M, F, 5), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_krum_picks_what_a_float64_reference_picks_under_a_large_common_gradient(seed):
+    # The workers share a gradient of norm ~2e4 and differ by ~1 (honest) or ~3
+    # (Byzantine): the float32 Gram expansion |a|^2 + |b|^2 - 2 a.b of the distances
+    # rounds away more than the distances themselves (the old rule chose a Byzantine
+    # update on 19 of 20 such draws); distances from centred rows keep them.
+    n, f, D = 11, 3, 4096
+    rng = np.random.default_rng(seed)
+    g = rng.normal(size=D) * 300.0
+    M = np.concatenate(
+        [g + 0.05 * rng.normal(size=(f, D)), g + 0.01 * rng.normal(size=(n - f, D))]
+    ).astype(np.float32)
+    M64 = M.astype(np.float64)  # the reference on the same float32 rows
+    U = {"w": jnp.asarray(M)}
+    for m, rule in ((1, krum), (n - f, lambda u, f: multi_krum(u, f))):
+        reference = _krum_reference(M64, f, m)
+        got = np.asarray(jax.jit(rule, static_argnums=1)(U, f)["w"], np.float64)
+        np.testing.assert_allclose(got, reference, rtol=1e-6, atol=1e-3)
+    chosen = np.argmin(((M64 - np.asarray(krum(U, f)["w"])) ** 2).sum(1))
+    assert chosen >= f  # an honest update
+    # the same with a few wild rows, which would drag a mean-centred expansion off
+    wild = M.copy()
+    wild[:f] = 1e6
+    got = np.asarray(krum({"w": jnp.asarray(wild)}, f)["w"], np.float64)
+    np.testing.assert_allclose(got, _krum_reference(wild.astype(np.float64), f, 1), rtol=1e-6)
+
+
 def test_geometric_median_minimises_the_sum_of_distances(key):
     U = _updates(key)
     M = _flat(U).astype(np.float64)
@@ -140,3 +167,64 @@ def test_attacks(key):
     assert make_attack("adaptive", num_workers=n, num_byzantine=f).opposes_bits
     with pytest.raises(ValueError, match="num_byzantine must be < num_workers"):
         make_attack("alie", num_workers=4, num_byzantine=4)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("centered_clipping", {"tau": -1.0}, "tau must be > 0, got -1.0"),
+        ("centered_clipping", {"tau": 0.0}, "tau must be > 0, got 0.0"),
+        ("centered_clipping", {"tau": float("nan")}, "tau must be > 0, got nan"),
+        ("centered_clipping", {"iterations": 0}, "iterations must be an integer >= 1, got 0"),
+        ("centered_clipping", {"iterations": 2.5}, "iterations must be an integer >= 1"),
+        ("geometric_median", {"eps": -1.0}, "eps must be finite and > 0, got -1.0"),
+        ("geometric_median", {"eps": 0.0}, "eps must be finite and > 0, got 0.0"),
+        ("geometric_median", {"eps": float("inf")}, "eps must be finite and > 0, got inf"),
+        ("geometric_median", {"iterations": -3}, "iterations must be an integer >= 1, got -3"),
+        ("multi_krum", {"m": 0}, "m must be an integer in \\[1, 11\\], got 0"),
+        ("multi_krum", {"m": 12}, "m must be an integer in \\[1, 11\\], got 12"),
+    ],
+)
+def test_bad_options_are_named(key, name, options, message):
+    U = _updates(key)
+    rule = {"centered_clipping": centered_clipping, "geometric_median": geometric_median}
+    if name in rule:  # called directly
+        with pytest.raises(ValueError, match=message):
+            rule[name](U, **options)
+    # and through make_aggregator, at once (not at the first round)
+    with pytest.raises(ValueError, match=message):
+        make_aggregator(name, num_workers=N, num_byzantine=F, **options)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "unknown", "takes"),
+    [
+        ("geometric_median", {"bogus": 1}, "bogus", "iterations, eps"),
+        ("centered_clipping", {"tau": 1.0, "iters": 3}, "iters", "tau, iterations"),
+        ("krum", {"m": 3}, "m", "none"),
+        ("mean", {"tau": 1.0, "eps": 0.1}, "eps, tau", "none"),
+        ("multi_krum", {"eps": 1e-6}, "eps", "m"),
+    ],
+)
+def test_options_a_rule_does_not_take_are_refused(name, options, unknown, takes):
+    expected = f"{name!r} does not take the option\\(s\\) {unknown} \\(its options: {takes}\\)"
+    with pytest.raises(ValueError, match=expected):
+        make_aggregator(name, num_workers=N, num_byzantine=F, **options)
+
+
+def test_good_options_are_bound_and_traced_ones_pass(key):
+    U = _updates(key)
+    M = _flat(U).astype(np.float64)
+    best = make_aggregator("multi_krum", num_workers=N, num_byzantine=F, m=5)(U)
+    np.testing.assert_allclose(_vec(best), _krum_reference(M, F, 5), rtol=1e-5, atol=1e-6)
+    clip = make_aggregator("centered_clipping", num_workers=N, tau=2.0, iterations=3)
+    np.testing.assert_allclose(
+        _vec(clip(U)), _vec(centered_clipping(U, tau=2.0, iterations=3)), rtol=1e-6
+    )
+    # a traced tau or eps is not checked (no concrete value), only used
+    got = jax.jit(lambda u, tau: centered_clipping(u, tau=tau, iterations=2))(U, 2.0)
+    np.testing.assert_allclose(_vec(got), _vec(centered_clipping(U, tau=2.0, iterations=2)))
+    got = jax.jit(lambda u, eps: geometric_median(u, iterations=5, eps=eps))(U, 1e-8)
+    np.testing.assert_allclose(
+        _vec(got), _vec(geometric_median(U, iterations=5)), rtol=1e-5, atol=1e-6
+    )

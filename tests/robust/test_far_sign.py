@@ -282,3 +282,52 @@ def test_optax_transform_behind_the_screen(key):
         fs.server_step(params, fs.server_init(params), d, jnp.ones(K, jnp.int8), 0.1, 0.1, 0, 1.2)
     with pytest.raises(ValueError, match="num_workers must be an integer >= 1"):
         fs.server_init(params, 0)
+
+
+@pytest.mark.parametrize("kappa", [1.2, 2.0])
+def test_identical_workers_are_all_admitted_at_every_message(key, kappa):
+    # Every worker sends the same bits on the same directions each round (one message id
+    # and one residual per round), so no worker differs from another. The screen must
+    # admit all of them at every message: it scores complete rounds only (after the n-th,
+    # 2n-th, ... message), when their records are identical. Refreshing at the first
+    # message instead scored worker 0 against n - 1 empty records and shut it out.
+    n, dim, K = 5, 16, 4
+    g = jnp.linspace(-1.0, 1.0, dim)
+    params = jnp.zeros(dim)
+    state = fs.server_init(params, num_workers=n)
+    step = jax.jit(fs.server_step, static_argnames="screen")
+    for round_ in range(6):
+        d = fs.directions(key, round_, dim, K)
+        bits = fs.worker_bits(g, d, fs.residual(state, d))
+        for worker in range(n):
+            before = state.tracker
+            params, state = step(params, state, d, bits, 0.01, 0.1, worker=worker, screen=kappa)
+            assert bool(jnp.all(state.screen.admitted)), (round_, worker)
+            assert bool(jnp.any(state.tracker != before)), (round_, worker)  # the fast step
+    np.testing.assert_array_equal(state.screen.counts, np.full(n, 6.0))
+    assert int(state.count) == 6 * n
+
+
+def test_the_screen_refreshes_after_each_complete_round(key):
+    # The refresh falls on the n-th, 2n-th, ... message: a worker that opposes the others
+    # is excluded from the message that completes its first round on, not before.
+    n, dim, K = 4, 16, 16
+    state = fs.server_init(jnp.zeros(dim), num_workers=n)
+    d = fs.directions(key, 0, dim, K)
+    honest = jnp.ones(K, jnp.int8)
+    for t in range(2 * n):
+        worker = t % n
+        bits = -honest if worker == 0 else honest
+        _, state = fs.server_step(
+            jnp.zeros(dim), state, d, bits, 0.0, 0.1, worker=worker, screen=1.5
+        )
+        assert bool(state.screen.admitted[0]) == (t < n - 1), t
+        assert bool(jnp.all(state.screen.admitted[1:])), t
+
+
+@pytest.mark.parametrize("beta", [-0.1, 0.0, float("nan"), float("inf"), jnp.float32(-1.0)])
+def test_a_numeric_beta_must_be_finite_and_positive(key, beta):
+    with pytest.raises(ValueError, match="beta must be finite and > 0, got"):
+        fs.scale_by_far_sign(key, 4, beta=beta)
+    fs.scale_by_far_sign(key, 4, beta=lambda t: 0.01 / (1.0 + t))  # schedules are not checked
+    fs.scale_by_far_sign(key, 4, beta=jnp.float32(0.01))

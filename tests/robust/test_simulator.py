@@ -463,6 +463,49 @@ def test_bad_step_sizes_are_named(key):
         )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("protocol", "steps", "message"),
+    [
+        ("far_sign", {"alpha": -0.05}, "alpha must be >= 0 at every update, got -0.05"),
+        ("far_sign", {"beta": -0.01}, "beta must be >= 0 at every update, got -0.01"),
+        ("sgd", {"learning_rate": -0.1}, "learning_rate must be >= 0 at every update, got -0.1"),
+        (
+            "far_sign",
+            {"beta": lambda t: 0.01 - 0.005 * t},
+            "beta must be >= 0 at every update, got -0.005 at update 3",
+        ),
+        ("sync", {"learning_rate": -0.1}, "learning_rate must be >= 0 at every update, got -0.1"),
+    ],
+)
+def test_negative_step_sizes_are_refused(key, protocol, steps, message):
+    # a negative step ascends the loss (or, for beta, pushes the tracker away from the
+    # workers' medians); zero holds a quantity still and is allowed (the delay tests run
+    # with learning_rate=0)
+    data, _ = _regression(4)
+    cluster = Cluster(num_workers=4, stragglers=0)
+    with pytest.raises(ValueError, match=message):
+        if protocol == "sync":
+            run_sync(
+                _loss, PARAMS, data, cluster, aggregator="mean", rounds=10, record_every=10,
+                key=key, **steps,
+            )  # fmt: skip
+        else:
+            run_async(
+                _loss, PARAMS, data, cluster, protocol=protocol, events=10, record_every=10,
+                key=key, num_directions=4, **steps,
+            )  # fmt: skip
+
+
+def test_unknown_aggregator_options_are_refused(key):
+    data, _ = _regression(4)
+    cluster = Cluster(num_workers=4, stragglers=0)
+    with pytest.raises(ValueError, match="'trimmed_mean' does not take the option\\(s\\) tau"):
+        run_sync(
+            _loss, PARAMS, data, cluster, aggregator="trimmed_mean", rounds=10, record_every=10,
+            key=key, tau=1.0,
+        )  # fmt: skip
+
+
 def _last_number_on_four_virtual_devices(script: str) -> float:
     """Runs ``script`` in a fresh interpreter with four virtual CPU devices; the number it
     printed last."""

@@ -120,6 +120,46 @@ def test_hint_must_match_params():
         transform.update(PARAMS, transform.init(PARAMS), PARAMS, value_fn=value_fn)
 
 
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("build", "name", "bad", "expected"),
+    [
+        *[(scale_by_spsa, "sigma_decay", v, "be finite and >= 0") for v in (-1.0, NAN, INF)],
+        *[(scale_by_cv_zod, "ema_decay", v, "lie in \\[0, 1\\)") for v in (-0.1, 1.0, 1.5, NAN)],
+        *[(scale_by_szo, "covariance_power", v, "be finite") for v in (NAN, INF, -INF)],
+    ],
+)
+def test_hyperparameters_out_of_range_are_named(build, name, bad, expected):
+    with pytest.raises(ValueError, match=f"{name} must {expected}, got {bad!r}"):
+        build(jax.random.key(0), **{name: bad})
+
+
+@pytest.mark.parametrize("bad", [NAN, INF])
+def test_szo_estimate_checks_covariance_power(linear_regression, bad):
+    value_fn, params, activations, _ = linear_regression
+    with pytest.raises(ValueError, match=f"covariance_power must be finite, got {bad!r}"):
+        szo_estimate(
+            value_fn, params, jax.random.key(0), activations=activations, covariance_power=bad
+        )
+
+
+@pytest.mark.parametrize(
+    ("build", "name", "good"),
+    [
+        (scale_by_spsa, "sigma_decay", 0.0),
+        (scale_by_cv_zod, "ema_decay", 0.0),
+        (scale_by_szo, "covariance_power", 2.0),
+    ],
+)
+def test_hyperparameters_in_range_and_traced_ones_pass(build, name, good):
+    build(jax.random.key(0), **{name: good})
+    build(jax.random.key(0), **{name: jnp.asarray(good)})
+    # under jit (optax.inject_hyperparams, a schedule) the value is traced: not checked
+    jax.jit(lambda v: build(jax.random.key(0), **{name: v}).init(PARAMS))(good)
+
+
 def test_cv_zod_mode_checks():
     value_fn, _ = quadratic()
     with pytest.raises(ValueError, match="mode must be one of"):

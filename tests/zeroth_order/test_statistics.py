@@ -14,6 +14,7 @@ import pytest
 from jaxopt_suite.zeroth_order import (
     cv_zod_estimate,
     gaussian_smoothing_estimate,
+    scale_by_cv_zod,
     spsa_estimate,
     szo_estimate,
 )
@@ -130,6 +131,54 @@ def test_cv_zod_mse_matches_the_best_coefficient_theory(alpha, variant):
     standard_error = errors.std(ddof=1) / np.sqrt(errors.size)
     assert 4 * standard_error < 0.15 * theory  # the 15% band is far wider than the noise
     assert abs(errors.mean() - theory) < 0.15 * theory
+
+
+@pytest.mark.parametrize(("alpha2", "queries"), [(0.5, False), (0.9, True)])
+def test_cv_zod_adaptive_step_scale_matches_the_estimate_it_scales(alpha2, queries):
+    # q = 2 probes and a k = 10 hint: the adaptive rule queries the hint iff the hint
+    # quality alpha^2 it estimated exceeds k/(q + k) = 0.83. A step that skips the hint is
+    # the plain estimator on q + k probes, whose relative MSE is (d + 1)/(q + k) whatever
+    # alpha^2 is; a step that queries it has (d + 1)(1 - alpha^2)/q. The step scale is
+    # 1 / (1 + that MSE).
+    dim, probes, width = 40, 2, 10
+    value_fn, grad_fn = quadratic(dim)
+    params = {"x": jnp.linspace(-1.0, 2.0, dim)}
+    hint = {"x": jax.random.normal(jax.random.key(5), (dim, width))}
+    transform = scale_by_cv_zod(jax.random.key(0), num_directions=probes, sigma=1e-2)
+    # a state whose averages put the estimated alpha^2 at alpha2 (after the first step)
+    state = transform.init(params)._replace(
+        count=jnp.asarray(1, jnp.int32),
+        captured_ema=jnp.asarray(alpha2, jnp.float32),
+        total_ema=jnp.asarray(1.0, jnp.float32),
+    )
+    update = jax.jit(lambda s: transform.update(params, s, params, value_fn=value_fn, hint=hint))
+    grads, new_state = update(state)
+    if queries:
+        relative_mse = (dim + 1) * (1 - alpha2) / probes
+    else:
+        relative_mse = (dim + 1) / (probes + width)
+    np.testing.assert_allclose(new_state.step_scale, 1 / (1 + relative_mse), rtol=1e-6)
+    # the estimate it scaled: the same probes, unscaled
+    _, probe_key = jax.random.split(state.key)
+    raw = cv_zod_estimate(
+        value_fn, params, hint, probe_key, num_directions=probes, sigma=1e-2, query_hint=queries
+    )
+    # (float32 finite differences, jitted or not: agree to ~1e-3)
+    np.testing.assert_allclose(
+        grads["x"], raw.grad["x"] * new_state.step_scale, rtol=5e-3, atol=5e-3
+    )
+    if not queries:  # and the MSE the scale assumes is the one the plain estimate has
+        g = grad_fn(params)["x"]
+
+        def squared_error(key):
+            estimate = cv_zod_estimate(
+                value_fn, params, hint, key, num_directions=probes, sigma=1e-2, query_hint=False
+            )
+            return jnp.sum((estimate.grad["x"] - g) ** 2) / jnp.sum(g**2)
+
+        errors = np.asarray(_draws(squared_error, draws=8_000), np.float64)
+        assert 4 * errors.std(ddof=1) / np.sqrt(errors.size) < 0.1 * relative_mse
+        assert abs(errors.mean() - relative_mse) < 0.1 * relative_mse
 
 
 def _corrected_projection(inputs, grad_w, kappa, power):
