@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
+import jax
 import numpy as np
 
 
@@ -20,6 +21,21 @@ def check_nonnegative(value: float, name: str) -> float:
     if value < 0:
         raise ValueError(f"{name}={value!r} must be >= 0")
     return float(value)
+
+
+def check_limit(value, name: str):
+    """``value`` unchanged, after checking it is a real number (or array of them), finite and
+    >= 0, when it is concrete; a traced value (a ``jit`` or ``vmap`` argument) passes
+    unchecked, as its value is unknown while tracing. For limits compared against, where NaN
+    would silently make every comparison false."""
+    if isinstance(value, jax.core.Tracer):
+        return value
+    array = np.asarray(value)
+    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise ValueError(f"{name}={value!r} must be a real number, finite and >= 0")
+    if not np.all(np.isfinite(array)) or np.any(array < 0):
+        raise ValueError(f"{name}={value!r} must be finite and >= 0")
+    return value
 
 
 def check_positive(value: float, name: str) -> float:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from envs._checks import check_limit
+
 
 def episode_statistics(
     episode_return: jax.Array,
@@ -33,7 +35,8 @@ def episode_statistics(
       episode_max_cost: summed cost increments, i.e. the episode's maximum per-step cost.
       episode_length: steps in the episode.
       completed: 1 (or True) where the entry is a finished episode, else 0.
-      cost_limit: the limit ``w`` on the maximum cost; a traced value does not recompile.
+      cost_limit: the limit ``w`` on the maximum cost, finite and >= 0 (checked when concrete:
+        a NaN limit would count every episode as safe); a traced value does not recompile.
 
     Returns:
       A dict of float32 scalars: ``EpRet``, ``EpCost``, ``EpMaxCost``, ``EpLen`` (means over
@@ -48,6 +51,7 @@ def episode_statistics(
         "episode_length": episode_length,
         "completed": completed,
     }
+    check_limit(cost_limit, "cost_limit")
     shape = jnp.shape(completed)
     for name, array in arrays.items():
         if jnp.shape(array) != shape:

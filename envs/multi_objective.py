@@ -7,7 +7,10 @@ A *multi-objective environment* here is a Brax ``Env`` that
   ``state.info['reward_vector']`` and its entries to ``state.metrics['reward_<name>']`` (so
   Brax's ``EpisodeWrapper`` sums them into the episode's vector return), all zeros on reset;
 - sets ``state.reward`` to a scalarisation of ``r_t``: the plain sum ``sum_i r_t[i]``, or
-  ``w . r_t`` under :class:`ScalarizedRewardWrapper`.
+  ``w . r_t`` under :class:`ScalarizedRewardWrapper` and :class:`PreferenceConditionedWrapper`,
+  which also record the weights ``w`` in force in ``state.info['reward_weights']`` (shape of
+  ``r_t``) so that :class:`RewardScaleWrapper` around them keeps the weighting:
+  ``w . (r_t / scale)``, as the weighting wrapper around the scaled environment gives.
 
 :class:`VectorRewardWrapper` makes one from any Brax environment and a function per objective;
 :class:`envs.BalanceTask` is one natively. Brax's ``Wrapper`` forwards unknown attributes to the
@@ -93,14 +96,29 @@ def _check_scale(scale, size: int) -> np.ndarray:
     return np.broadcast_to(array, (size,)).astype(np.float32)
 
 
+WEIGHTS_KEY = "reward_weights"
+"""``state.info`` key of the weights a weighting wrapper scalarised the reward vector with."""
+
+
 def _with_reward_vector(state: State, vector: jax.Array, names: tuple[str, ...]) -> State:
+    """``state`` with ``vector`` as its reward vector and metrics, and ``state.reward`` its
+    scalarisation: ``w . vector`` with the weights an inner weighting wrapper recorded in
+    ``info[WEIGHTS_KEY]``, else the plain sum."""
     # New dicts, not in-place updates: the incoming state's dicts may be shared with the caller.
     entries = {f"reward_{name}": vector[..., i] for i, name in enumerate(names)}
+    weights = state.info.get(WEIGHTS_KEY)
+    reward = jnp.sum(vector if weights is None else vector * weights, axis=-1)
     return state.replace(
-        reward=jnp.sum(vector, axis=-1),
+        reward=reward,
         metrics={**state.metrics, **entries},
         info={**state.info, "reward_vector": vector},
     )
+
+
+def _without_weights(state: State) -> State:
+    if WEIGHTS_KEY not in state.info:
+        return state
+    return state.replace(info={k: v for k, v in state.info.items() if k != WEIGHTS_KEY})
 
 
 class VectorRewardWrapper(Wrapper):
@@ -109,7 +127,8 @@ class VectorRewardWrapper(Wrapper):
     After each step, ``components[name](state, action, next_state)`` for every name (in the
     mapping's order) gives ``r_t``, written to ``info['reward_vector']`` and
     ``metrics['reward_<name>']``; a metric of the inner environment with the same name is
-    replaced. On reset the vector is zeros. The components see the incoming state as it was:
+    replaced, and weights an inner weighting wrapper recorded are dropped (they weighed other
+    objectives). On reset the vector is zeros. The components see the incoming state as it was:
     Brax's bodies update the incoming ``metrics`` dict in place, so they are handed a copy.
 
     Args:
@@ -140,7 +159,7 @@ class VectorRewardWrapper(Wrapper):
         return len(self.components)
 
     def reset(self, rng: jax.Array) -> State:
-        state = self.env.reset(rng)
+        state = _without_weights(self.env.reset(rng))
         vector = jnp.zeros(jnp.shape(state.reward) + (self.reward_size,), jnp.float32)
         return _with_reward_vector(state, vector, self.reward_names)
 
@@ -156,7 +175,8 @@ class VectorRewardWrapper(Wrapper):
                     f"reward's shape {shape}"
                 )
             entries.append(value)
-        return _with_reward_vector(next_state, jnp.stack(entries, axis=-1), self.reward_names)
+        vector = jnp.stack(entries, axis=-1)
+        return _with_reward_vector(_without_weights(next_state), vector, self.reward_names)
 
 
 class _StateMapWrapper(Wrapper):
@@ -179,7 +199,9 @@ class ScalarizedRewardWrapper(_StateMapWrapper):
     """Sets ``state.reward = weights . info['reward_vector']``, a linear scalarisation.
 
     For training a behaviour policy at one preference with a scalar-reward learner (PPO); the
-    vector and its metrics pass through unchanged.
+    vector and its metrics pass through unchanged. The weights go to ``info['reward_weights']``
+    (broadcast to the vector's shape), where a :class:`RewardScaleWrapper` around this one
+    reads them, and replace any an inner weighting wrapper recorded.
 
     Args:
       env: a multi-objective environment (see the module docstring).
@@ -191,13 +213,24 @@ class ScalarizedRewardWrapper(_StateMapWrapper):
         self.weights = check_weights(weights, len(reward_names_of(env)))
 
     def _map(self, state: State) -> State:
-        return state.replace(reward=state.info["reward_vector"] @ self.weights)
+        vector = state.info["reward_vector"]
+        weights = jnp.broadcast_to(jnp.asarray(self.weights), jnp.shape(vector))
+        return state.replace(
+            reward=vector @ self.weights, info={**state.info, WEIGHTS_KEY: weights}
+        )
 
 
 class RewardScaleWrapper(_StateMapWrapper):
-    """Divides the reward vector (and its metrics and the summed reward) by ``scale``: per
-    objective units, e.g. the range of a dataset's returns, so a policy trained on scaled data
-    sees the same accumulated returns online.
+    """Divides the reward vector (and its metrics) by ``scale``: per objective units, e.g. the
+    range of a dataset's returns, so a policy trained on scaled data sees the same accumulated
+    returns online.
+
+    ``state.reward`` becomes the scalarisation of the scaled vector: ``w . (r_t / scale)`` when
+    an inner :class:`ScalarizedRewardWrapper` or :class:`PreferenceConditionedWrapper` weighs
+    the objectives by ``w`` (read from ``info['reward_weights']``), the plain sum otherwise. So
+    either order of scaling and weighting gives the same reward; rescaling the inner scalar
+    reward instead could not, as ``w . r_t`` does not determine ``w . (r_t / scale)`` for a
+    per-objective scale.
 
     Args:
       env: a multi-objective environment (see the module docstring).
@@ -215,7 +248,8 @@ class RewardScaleWrapper(_StateMapWrapper):
 
 class PreferenceConditionedWrapper(Wrapper):
     """Draws a preference per episode and conditions the task on it: the observation gets the
-    preference ``w`` appended (``observation_size + m``) and ``state.reward = w . r_t``.
+    preference ``w`` appended (``observation_size + m``) and ``state.reward = w . r_t``
+    (``w`` also goes to ``info['reward_weights']``, as in :class:`ScalarizedRewardWrapper`).
 
     One scalar-reward learner (PPO) on this environment trains a preference-conditioned
     behaviour policy ``pi(a | s, w)`` for all the preferences at once, as PGMORL-style data
@@ -256,7 +290,13 @@ class PreferenceConditionedWrapper(Wrapper):
     def _condition(state: State, preference: jax.Array) -> State:
         vector = state.info["reward_vector"]
         obs = jnp.concatenate([state.obs, preference.astype(state.obs.dtype)], axis=-1)
-        return state.replace(obs=obs, reward=jnp.sum(vector * preference, axis=-1))
+        # Recorded for a RewardScaleWrapper around this one (see _with_reward_vector).
+        weights = jnp.broadcast_to(preference.astype(vector.dtype), jnp.shape(vector))
+        return state.replace(
+            obs=obs,
+            reward=jnp.sum(vector * preference, axis=-1),
+            info={**state.info, WEIGHTS_KEY: weights},
+        )
 
     @property
     def observation_size(self) -> int:

@@ -59,7 +59,8 @@ class OfflineDataset(NamedTuple):
     terminals: np.ndarray  # (N, T): 1 on the step whose transition ended the episode (done)
     mask: np.ndarray  # (N, T): 1 on steps that happened, 0 on padding
     preferences: np.ndarray  # (N, m): the behaviour policy's preference for each episode
-    # JSON-serialisable: env, reward_names, horizon, quality, coverage, policy, seed, ...
+    # JSON values that read back unchanged (string keys, lists not tuples): env, reward_names,
+    # horizon, quality, coverage, policy, seed, ...
     metadata: dict
 
 
@@ -140,11 +141,48 @@ def _metadata(defaults: dict, metadata: dict | None) -> dict:
                 f"{defaults[name]!r}; leave it out, collect records it"
             )
     merged = {**defaults, **metadata}
-    try:
-        json.dumps(merged)
-    except TypeError as error:
-        raise ValueError(f"metadata must be JSON-serialisable: {error}") from None
+    _metadata_json(merged)
     return merged
+
+
+def _json_problems(value, where: str) -> list[str]:
+    """What in ``value`` would not read back from JSON as it is, each at its place."""
+    if isinstance(value, dict):
+        problems = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                problems.append(
+                    f"{where} has the key {key!r} ({type(key).__name__}), which JSON turns into "
+                    f"a string"
+                )
+            problems += _json_problems(item, f"{where}[{key!r}]")
+        return problems
+    if isinstance(value, list | tuple):
+        problems = []
+        if isinstance(value, tuple):
+            problems.append(f"{where} is a tuple, which JSON reads back as a list")
+        for i, item in enumerate(value):
+            problems += _json_problems(item, f"{where}[{i}]")
+        return problems
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        return []
+    return [f"{where} is a {type(value).__name__}, which JSON cannot hold"]
+
+
+def _metadata_json(metadata) -> str:
+    """``metadata`` as JSON text, or a ValueError naming every entry that would not read back
+    unchanged: a dataset's metadata must equal itself after :func:`save` and :func:`load`,
+    so tuples, non-string keys and non-JSON values (numpy scalars, arrays) are refused rather
+    than silently converted."""
+    if not isinstance(metadata, dict):
+        raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}")
+    problems = _json_problems(metadata, "metadata")
+    if problems:
+        raise ValueError(
+            f"metadata must read back unchanged from JSON (strings as keys, lists rather than "
+            f"tuples, plain str/int/float/bool/None values): {'; '.join(problems)}"
+        )
+    return json.dumps(metadata)
 
 
 def collect(
@@ -176,8 +214,9 @@ def collect(
         ``p``'s at rows ``p * E`` to ``p * E + E - 1``.
       horizon: ``T`` > 0 steps per episode.
       action_noise: standard deviation of the Gaussian action noise, >= 0.
-      metadata: JSON-serialisable descriptions (``env``, ``quality``, ``coverage``,
-        ``policy``, ``seed``, ...) that override the defaults: the environment's class name,
+      metadata: descriptions (``env``, ``quality``, ``coverage``, ``policy``, ``seed``, ...)
+        as JSON values that read back unchanged (string keys, lists rather than tuples; others
+        are refused, naming them), which override the defaults: the environment's class name,
         ``"expert"`` without noise and ``"amateur"`` with it, ``"unknown"`` coverage, the
         policy's name and ``seed=None``. ``reward_names``, ``horizon``, ``action_noise``,
         ``episodes_per_preference`` and ``key`` (the key's data) are recorded by collect.
@@ -266,8 +305,10 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
     Raises:
       ValueError: naming the field (or ``reward_size``) when shapes disagree between fields,
         a value is not finite, ``terminals``/``mask`` are not 0/1 or break the padding rules
-        (mask non-increasing in time, terminals only on steps that happened, zero rewards on
-        padding), the metadata is not a dict whose ``reward_names`` match ``m``, or
+        (mask non-increasing in time, terminals only on steps that happened, at most one per
+        episode and on its last step that happened, zero rewards on padding; the errors name
+        the first episode that breaks them), a preference has a negative weight or is all
+        zero, the metadata is not a dict whose ``reward_names`` match ``m``, or
         ``reward_size`` is not the dataset's ``m``.
     """
     arrays = {name: np.asarray(getattr(dataset, name), np.float32) for name in ARRAY_FIELDS}
@@ -300,8 +341,34 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
         raise ValueError("mask must be non-increasing in time (padding only after the end)")
     if np.any(terminals > mask):
         raise ValueError("terminals must be 0 where mask is 0 (on padding)")
+    # One terminal, on the episode's last step: the steps after it are padding (mask 0).
+    counts = terminals.sum(axis=1)
+    several = np.flatnonzero(counts > 1)
+    if several.size:
+        n = int(several[0])
+        raise ValueError(
+            f"terminals must mark at most one step per episode (the last that happened); "
+            f"episode {n} has {int(counts[n])}, at steps {np.flatnonzero(terminals[n]).tolist()}"
+        )
+    continued = np.flatnonzero(np.any((terminals[:, :-1] > 0) & (mask[:, 1:] > 0), axis=1))
+    if continued.size:
+        n = int(continued[0])
+        end = int(np.flatnonzero(terminals[n])[0])
+        raise ValueError(
+            f"mask must be 0 after an episode's terminal step; episode {n} terminates at step "
+            f"{end} but has mask 1 on {int(mask[n, end + 1 :].sum())} later step(s)"
+        )
     if np.any(rewards[mask == 0] != 0):
         raise ValueError("rewards must be 0 where mask is 0 (on padding)")
+    preferences = arrays["preferences"]
+    # As collect requires of the behaviour policy's preferences (check_weights).
+    bad = np.flatnonzero(np.any(preferences < 0, axis=1) | ~np.any(preferences > 0, axis=1))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"preferences[{i}]={preferences[i].tolist()} must be >= 0 and not all zero "
+            f"({bad.size} row(s) are not)"
+        )
     if not isinstance(dataset.metadata, dict):
         raise ValueError(f"metadata must be a dict, got {type(dataset.metadata).__name__}")
     names = dataset.metadata.get("reward_names")
@@ -316,12 +383,15 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
 
 def save(dataset: OfflineDataset, path) -> Path:
     """Writes a validated ``dataset`` to ``path`` exactly (name it ``*.npz``): the arrays, and
-    the metadata as a JSON string. Returns the path."""
+    the metadata as a JSON string. Returns the path.
+
+    Raises:
+      ValueError: ``dataset`` fails :func:`validate_dataset`, or its metadata would not read
+        back unchanged from JSON (a tuple, a non-string key, a numpy value), naming each
+        offending entry; :func:`load` would otherwise return different metadata.
+    """
     dataset = validate_dataset(dataset)
-    try:
-        text = json.dumps(dataset.metadata)
-    except TypeError as error:
-        raise ValueError(f"metadata must be JSON-serialisable: {error}") from None
+    text = _metadata_json(dataset.metadata)
     arrays = {name: getattr(dataset, name) for name in ARRAY_FIELDS}
     path = Path(path)
     with path.open("wb") as file:

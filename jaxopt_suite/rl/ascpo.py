@@ -34,13 +34,20 @@ section 1); the paper's exact inequality is not. The pieces below are kept here 
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
 
 def certificate(k: float) -> float:
-    """The violation probability ``1 / (1 + k^2)`` the absolute bound certifies."""
-    return 1.0 / (1.0 + float(k) ** 2)
+    """The violation probability ``1 / (1 + k^2)`` the absolute bound certifies, for a
+    finite ``k >= 0`` (Cantelli's inequality is about ``k`` standard deviations above the
+    mean; a negative ``k`` would certify a bound below the mean, which it does not)."""
+    value = float(k)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"k={k!r} must be finite and >= 0")
+    return 1.0 / (1.0 + value**2)
 
 
 def constraint_value(mean_max_cost, std_max_cost, limit, k) -> jax.Array:

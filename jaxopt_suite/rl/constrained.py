@@ -252,6 +252,9 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
             no_episodes(),
         )
 
+    # the settings besides iterations that fix the carry's shapes, for checkpoints
+    settings = (("num_envs", config.num_envs), ("hidden", tuple(config.hidden)))
     return Trainer(
-        init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size
-    )
+        init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size,
+        settings,
+    )  # fmt: skip

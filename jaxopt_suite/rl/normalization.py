@@ -21,8 +21,11 @@ def init_stats(size: int) -> RunningStats:
 
 
 def update_stats(stats: RunningStats, batch: jax.Array) -> RunningStats:
-    """Adds ``batch (..., obs_size)`` to the statistics."""
+    """Adds ``batch (..., obs_size)`` to the statistics. An empty batch (no rows; its size
+    is static) leaves them as they are: its mean would be ``0 / 0``, NaN, and poison them."""
     flat = batch.reshape(-1, batch.shape[-1])
+    if flat.shape[0] == 0:
+        return stats
     n = jnp.float32(flat.shape[0])
     mean_b = jnp.mean(flat, axis=0)
     m2_b = jnp.sum((flat - mean_b[None, :]) ** 2, axis=0)

@@ -254,6 +254,13 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
             env_state, no_episodes(),
         )  # fmt: skip
 
-    return Trainer(
-        init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size
+    # the settings besides iterations that fix the carry's shapes, for checkpoints
+    settings = (
+        ("num_envs", config.num_envs),
+        ("hidden", tuple(config.hidden)),
+        ("lagrange_optimizer", config.lagrange_optimizer),
     )
+    return Trainer(
+        init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size,
+        settings,
+    )  # fmt: skip

@@ -11,6 +11,7 @@ latest checkpoint in its directory.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -49,7 +50,11 @@ class TrainResult(NamedTuple):
 
 class Trainer(NamedTuple):
     """An algorithm's iteration (see the module docstring); ``params(carry)`` reads the
-    parameters out of a carry."""
+    parameters out of a carry. ``settings`` names the settings besides ``iterations`` and the
+    sizes that fix the shapes of the carry and the metrics (e.g. ``num_envs``, ``hidden``), as
+    ``(name, value)`` pairs of hashable JSON values (tuples for lists):
+    :func:`train_with_checkpoints` records them, and refuses a checkpoint written with others
+    by name rather than failing inside orbax."""
 
     init: Callable[[jax.Array], Any]
     step: Callable[[Any, jax.Array], tuple[Any, dict]]
@@ -57,6 +62,7 @@ class Trainer(NamedTuple):
     iterations: int
     observation_size: int
     action_size: int
+    settings: tuple[tuple[str, Any], ...] = ()
 
 
 def init_params(keys, policy, reward_critic, cost_critic, obs_size: int) -> Params:
@@ -226,6 +232,49 @@ class ProgressBar:
         )
 
 
+def _layout(tree) -> dict[str, list]:
+    """``path -> [shape, dtype]`` of each leaf of ``tree`` (arrays or shape structs)."""
+    return {
+        jax.tree_util.keystr(path): [list(leaf.shape), str(leaf.dtype)]
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    }
+
+
+def _check_resumable(saved: dict, current: dict, directory: Path) -> None:
+    """Raises a ``ValueError`` when the checkpoint's metadata ``saved`` was written by a
+    trainer whose carry or metrics have other shapes than ``current``'s: first naming the
+    differing :attr:`Trainer.settings` (and ``iterations``) that both trainers name, with
+    both values, else the differing leaves (a trainer that names no settings). A checkpoint
+    written before the settings were recorded is not checked (orbax fails on a mismatch)."""
+    if "settings" not in saved:
+        return
+    advice = "resume with the same settings, or train in another directory"
+    old, new = saved["settings"], current["settings"]
+    # a setting one trainer names and the other does not is left to the layout below
+    differing = [name for name in old if name in new and old[name] != new[name]]
+    if differing:
+        pairs = ", ".join(f"{name}={old[name]!r} there, {new[name]!r} here" for name in differing)
+        raise ValueError(
+            f"the checkpoint in {directory} was written by a trainer with other settings "
+            f"({pairs}): its carry and metrics do not fit this trainer; {advice}"
+        )
+    old, new = saved.get("layout", {}), current["layout"]
+    mismatches = [
+        f"{part}{path}: {old.get(part, {}).get(path)} there, {new[part].get(path)} here"
+        for part in new
+        for path in {**old.get(part, {}), **new[part]}
+        if old.get(part, {}).get(path) != new[part].get(path)
+    ]
+    if mismatches:
+        shown = "; ".join(mismatches[:3]) + (
+            f"; and {len(mismatches) - 3} more" if len(mismatches) > 3 else ""
+        )
+        raise ValueError(
+            f"the checkpoint in {directory} holds a carry and metrics of other shapes than "
+            f"this trainer's ([shape, dtype] of {shown}); {advice}"
+        )
+
+
 def train_with_checkpoints(
     trainer: Trainer,
     key: jax.Array,
@@ -238,8 +287,12 @@ def train_with_checkpoints(
     """The iterations of ``train_function(trainer)(key)``, in jitted chunks of ``every``,
     with the carry and the metrics so far saved (orbax) after each chunk; when
     ``directory`` holds checkpoints, training resumes after the latest. The result equals
-    an uninterrupted run's. A checkpoint written for other observation or action sizes is
-    refused with a ``ValueError``. The chunk is compiled once per ``(trainer, progress)``, so
+    an uninterrupted run's. A checkpoint written for other observation or action sizes, or
+    by a trainer with another ``iterations`` or other :attr:`Trainer.settings` (e.g.
+    ``num_envs``, ``hidden``), or whose carry or metrics otherwise have other shapes, is
+    refused with a ``ValueError`` naming what differs, before anything is restored
+    (continuing a finished run to more iterations is not supported: the iteration keys are
+    split for the whole run). The chunk is compiled once per ``(trainer, progress)``, so
     both must be hashable; calls that share them (several seeds, a resume) compile once."""
     import orbax.checkpoint as ocp
 
@@ -254,6 +307,26 @@ def train_with_checkpoints(
         ) from None
     directory = Path(directory).absolute()
     shapes = {"observation_size": trainer.observation_size, "action_size": trainer.action_size}
+    k_init, k_loop = jax.random.split(key)
+    keys = jax.random.split(k_loop, trainer.iterations)
+    carry_shape = jax.eval_shape(trainer.init, k_init)
+    metrics_shape = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((trainer.iterations, *x.shape), x.dtype),
+        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry_shape, keys[0]),
+    )
+    try:  # as JSON reads it back (tuples become lists), to compare with a checkpoint's
+        recorded = json.loads(
+            json.dumps(
+                {
+                    "settings": {"iterations": trainer.iterations, **dict(trainer.settings)},
+                    "layout": {"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)},
+                }
+            )
+        )
+    except TypeError as error:
+        raise ValueError(
+            f"trainer.settings={trainer.settings!r} must hold JSON values: {error}"
+        ) from None
     manager = ocp.CheckpointManager(
         directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep)
     )
@@ -266,13 +339,9 @@ def train_with_checkpoints(
                 f"the checkpoint in {directory} was written for {saved}, but this trainer has "
                 f"{shapes}: the observation or action sizes do not match"
             )
-    k_init, k_loop = jax.random.split(key)
+        _check_resumable(meta.meta, recorded, directory)
     carry = trainer.init(k_init)
-    keys = jax.random.split(k_loop, trainer.iterations)
-    metrics = jax.tree.map(
-        lambda x: jnp.zeros((trainer.iterations, *x.shape), x.dtype),
-        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry, keys[0]),
-    )
+    metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics_shape)
     done = 0
     if latest is not None:
         state = manager.restore(
@@ -295,7 +364,7 @@ def train_with_checkpoints(
                 done,
                 args=ocp.args.Composite(
                     state=ocp.args.StandardSave({"carry": carry, "metrics": metrics}),
-                    meta=ocp.args.JsonSave({**shapes, "iterations": done}),
+                    meta=ocp.args.JsonSave({**shapes, "iterations": done, **recorded}),
                 ),
             )
     finally:  # the last save completes even when a later chunk fails

@@ -388,3 +388,43 @@ def test_reward_scale_wrapper_divides_the_vector_and_its_metrics():
     assert float(state.reward) == 0.5
     with pytest.raises(ValueError, match="scale=.*must be finite and > 0"):
         envs.RewardScaleWrapper(envs.BalanceTask(), [1.0, 0.0])
+
+
+def test_reward_scale_keeps_an_inner_weighting_in_either_order():
+    """Scaling and weighting commute: the reward is ``w . (r / scale)`` whichever wraps the
+    other. With ``w = (0.25, 0.75)`` and ``scale = (2, 4)``: ``left`` (r = (1, 0)) pays
+    0.25 * 1/2 = 0.125 and ``right`` (r = (0, 1)) 0.75 * 1/4 = 0.1875 (exact in float32)."""
+    base, weights, scale = envs.BalanceTask(slip=0.0), [0.25, 0.75], [2.0, 4.0]
+    built = {
+        "scale(scalarized)": envs.RewardScaleWrapper(
+            envs.ScalarizedRewardWrapper(base, weights), scale
+        ),
+        "scalarized(scale)": envs.ScalarizedRewardWrapper(
+            envs.RewardScaleWrapper(base, scale), weights
+        ),
+        # one preference row: the reset's Dirichlet mix of one row is that row
+        "scale(preference)": envs.RewardScaleWrapper(
+            envs.PreferenceConditionedWrapper(base, [weights]), scale
+        ),
+        "preference(scale)": envs.PreferenceConditionedWrapper(
+            envs.RewardScaleWrapper(base, scale), [weights]
+        ),
+    }
+    for name, env in built.items():
+        step = jax.jit(env.step)
+        for action, vector, reward in [(1.0, [0.5, 0.0], 0.125), (-1.0, [0.0, 0.25], 0.1875)]:
+            state = step(env.reset(jax.random.key(0)), jnp.array([action]))
+            np.testing.assert_array_equal(state.info["reward_vector"], vector, err_msg=name)
+            assert float(state.reward) == reward, (name, action, float(state.reward))
+    # the outermost weighting rules, scaled by every scale around it
+    nested = envs.RewardScaleWrapper(
+        envs.ScalarizedRewardWrapper(built["scale(scalarized)"], [1.0, 0.0]), 0.5
+    )
+    state = nested.step(nested.reset(jax.random.key(0)), jnp.array([1.0]))
+    assert float(state.reward) == 1.0  # 1 * (1 / 2 / 0.5)
+    # new objectives drop the old weights: the reward is their plain sum again
+    renamed = envs.VectorRewardWrapper(
+        built["scale(scalarized)"], {"a": lambda s, a, n: n.info["reward_vector"][0]}
+    )
+    state = renamed.step(renamed.reset(jax.random.key(0)), jnp.array([1.0]))
+    assert "reward_weights" not in state.info and float(state.reward) == 0.5

@@ -188,6 +188,62 @@ def test_validate_dataset_checks_the_padding(dataset):
         envs.validate_dataset(dataset._replace(metadata=metadata))
 
 
+def test_validate_dataset_allows_one_terminal_on_the_last_step(dataset):
+    """The docstring's rule: mask 1 up to and including the terminal step, 0 after it, so one
+    terminal per episode; the error names the first episode that breaks it."""
+    # an episode the horizon cut short, without a terminal
+    full = int(np.flatnonzero(dataset.mask.all(axis=1) & ~dataset.terminals.any(axis=1))[0])
+    terminals = dataset.terminals.copy()
+    terminals[full, 2] = 1.0
+    with pytest.raises(
+        ValueError,
+        match=rf"mask must be 0 after an episode's terminal step; episode {full} terminates "
+        rf"at step 2 but has mask 1 on {HORIZON - 3} later step\(s\)",
+    ):
+        envs.validate_dataset(dataset._replace(terminals=terminals))
+    ended = int(np.flatnonzero(dataset.terminals.any(axis=1) & (dataset.mask[:, 0] > 0))[0])
+    terminals = dataset.terminals.copy()
+    terminals[ended, 0] = 1.0
+    steps = [0, int(np.flatnonzero(dataset.terminals[ended])[0])]
+    with pytest.raises(
+        ValueError,
+        match=rf"at most one step per episode .*episode {ended} has 2, at steps "
+        rf"\[{steps[0]}, {steps[1]}\]",
+    ):
+        envs.validate_dataset(dataset._replace(terminals=terminals))
+    # the last step of a horizon may be terminal: nothing follows it
+    terminals = dataset.terminals.copy()
+    terminals[full, -1] = 1.0
+    envs.validate_dataset(dataset._replace(terminals=terminals))
+
+
+def test_validate_dataset_rejects_bad_preferences(dataset):
+    for row, text in [([-1.0, 2.0], r"\[-1.0, 2.0\]"), ([0.0, 0.0], r"\[0.0, 0.0\]")]:
+        preferences = dataset.preferences.copy()
+        preferences[5] = row
+        with pytest.raises(
+            ValueError, match=rf"preferences\[5\]={text} must be >= 0 and not all zero"
+        ):
+            envs.validate_dataset(dataset._replace(preferences=preferences))
+
+
+def test_save_refuses_metadata_that_json_would_change(dataset, tmp_path):
+    """Tuples come back from JSON as lists and int keys as strings: save refuses them (naming
+    each), so what load returns equals what was saved."""
+    path = tmp_path / "meta.npz"
+    bad = dataset.metadata | {"extra": (1, 2), 3: "x", "nested": {"a": [np.float32(1.0)]}}
+    with pytest.raises(ValueError, match=r"metadata must read back unchanged from JSON") as error:
+        envs.save(dataset._replace(metadata=bad), path)
+    message = str(error.value)
+    assert "metadata['extra'] is a tuple, which JSON reads back as a list" in message
+    assert "metadata has the key 3 (int), which JSON turns into a string" in message
+    assert "metadata['nested']['a'][0] is a float32, which JSON cannot hold" in message
+    assert not path.exists()
+    good = dataset.metadata | {"extra": [1, 2], "3": "x", "nested": {"a": [1.0, None, True]}}
+    loaded = envs.load(envs.save(dataset._replace(metadata=good), path))
+    assert loaded.metadata == good
+
+
 def test_collect_rejects_bad_inputs():
     cases = [
         ({"preferences": [[1.0, 0.0, 0.0]]}, r"preferences\[0\] must have shape \(2,\)"),
@@ -200,7 +256,11 @@ def test_collect_rejects_bad_inputs():
         ({"horizon": -2}, r"horizon=-2 must be a positive int"),
         ({"action_noise": -0.1}, r"action_noise=-0.1 must be >= 0"),
         ({"metadata": {"horizon": 3}}, r"metadata\['horizon'\]=3 contradicts the collection's 8"),
-        ({"metadata": {"policy": object()}}, r"metadata must be JSON-serialisable"),
+        (
+            {"metadata": {"policy": object()}},
+            r"metadata must read back unchanged from JSON .*metadata\['policy'\] is a object",
+        ),
+        ({"metadata": {"seed": (1, 2)}}, r"metadata\['seed'\] is a tuple"),
     ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):

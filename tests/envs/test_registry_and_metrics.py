@@ -98,3 +98,19 @@ def test_episode_statistics_check_shapes():
         envs.episode_statistics(
             jnp.zeros(4), jnp.zeros(4), jnp.zeros(4), jnp.zeros(3), jnp.zeros(4), 0.0
         )
+
+
+def test_episode_statistics_check_a_concrete_cost_limit():
+    """A NaN limit would make every episode count as safe (``x > nan`` is false); a negative
+    one is no limit on a max cost. A traced limit (here vmapped) is not checked."""
+    ones, max_cost = jnp.ones(3), jnp.array([0.0, 1.0, 2.0])
+    for limit in (float("nan"), -1.0, float("inf"), np.float32(np.nan), jnp.array(-0.5)):
+        with pytest.raises(ValueError, match=r"cost_limit=.* must be finite and >= 0"):
+            envs.episode_statistics(ones, ones, max_cost, ones, ones, limit)
+    violation = jax.vmap(
+        lambda w: envs.episode_statistics(ones, ones, max_cost, ones, ones, w)[
+            "ViolationProbability"
+        ]
+    )(jnp.array([0.0, 1.5]))
+    np.testing.assert_allclose(violation, [2 / 3, 1 / 3])
+    assert envs.episode_statistics(ones, ones, max_cost, ones, ones, 0)["NumEpisodes"] == 3

@@ -157,6 +157,21 @@ def test_nash_welfare_on_negative_returns_asks_for_a_shift():
     U.esr(U.nash_welfare(m=2, shift=3.0)).check_returns(partial, partial[:, -1])
 
 
+def test_check_returns_checks_the_outer_utility_on_h_of_the_returns():
+    """A linear ``h`` is defined everywhere, but Nash welfare outside it needs ``h(G) > 0``:
+    returns down to (-2, -2) give ``h = -4`` (and a NaN value), so ``shift > 4``."""
+    partial = np.array([[[0.0, 0.0], [-1.0, -1.0], [-2.0, -2.0]]])
+    objective = U.AET(U.linear([1.0, 1.0]), U.nash_welfare(m=1))
+    with pytest.raises(
+        ValueError,
+        match=r"h of the dataset's episode returns reach -4 on objective 0.*pass shift > 4",
+    ):
+        objective.check_returns(partial, partial[:, -1])
+    shifted = U.AET(U.linear([1.0, 1.0]), U.nash_welfare(m=1, shift=5.0))
+    shifted.check_returns(partial, partial[:, -1])
+    assert float(U.aet_value(shifted, jnp.asarray(partial[:, -1]))) == pytest.approx(0.0)
+
+
 @pytest.mark.parametrize(
     ("build", "match"),
     [

@@ -1,9 +1,11 @@
-"""Observation statistics against numpy, and the Gaussian policy's log-probability, KL
-and entropy against closed forms and samples."""
+"""Observation statistics against numpy (an empty batch changes nothing), the Gaussian
+policy's log-probability, KL and entropy against closed forms and samples, and the rollout
+statistics' check of the cost limit."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxopt_suite.rl.networks import (
     GaussianPolicy,
@@ -12,6 +14,7 @@ from jaxopt_suite.rl.networks import (
     gaussian_log_prob,
 )
 from jaxopt_suite.rl.normalization import init_stats, normalize, update_stats
+from jaxopt_suite.rl.rollout import Transition, episode_stats
 
 
 def test_running_stats_match_numpy_over_several_batches(key):
@@ -59,3 +62,25 @@ def test_gaussian_policy_distribution_pieces(key):
     ent = float(gaussian_entropy(lp)[0])
     logp = gaussian_log_prob(jnp.broadcast_to(mp, x.shape), jnp.broadcast_to(lp, x.shape), x)
     assert abs(-float(logp.mean()) - ent) <= 4 * float(logp.std()) / np.sqrt(n)
+
+
+def test_an_empty_batch_leaves_the_running_stats_unchanged():
+    stats = update_stats(init_stats(2), jnp.arange(6.0).reshape(3, 2))
+    for empty in (jnp.zeros((0, 2)), jnp.zeros((4, 0, 2))):
+        for update in (update_stats, jax.jit(update_stats)):
+            after = update(stats, empty)
+            for a, b in zip(after, stats, strict=True):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_episode_stats_check_a_concrete_cost_limit():
+    """As envs.episode_statistics: a NaN limit would count every episode as safe."""
+    fields = {name: jnp.ones((2, 3)) for name in Transition._fields}
+    batch = Transition(**fields | {"episode_max_cost": jnp.array([[0.0, 1.0, 2.0]] * 2)})
+    assert float(episode_stats(batch, 1.5).violation) == pytest.approx(1 / 3)
+    for limit in (float("nan"), -0.1):
+        with pytest.raises(ValueError, match=r"cost_limit must be finite and >= 0"):
+            episode_stats(batch, limit)
+    # traced (a vmapped limit) passes unchecked
+    violation = jax.vmap(lambda w: episode_stats(batch, w).violation)(jnp.array([0.5, 1.5]))
+    np.testing.assert_allclose(violation, [2 / 3, 1 / 3])

@@ -112,6 +112,26 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
     wider = envs.MaxCostWrapper(envs.make("point_goal_hazards"))
     with pytest.raises(ValueError, match="observation or action sizes do not match"):
         train_with_checkpoints(make_trainer(config, wider), key, tmp_path, every=3)
+    # so does one whose carry or metrics have other shapes, naming the setting and both values
+    # (before orbax restores anything)
+    for change, message in [
+        ({"iterations": 8}, r"iterations=6 there, 8 here"),
+        ({"num_envs": 2}, r"num_envs=4 there, 2 here"),
+        ({"hidden": (8,)}, r"hidden=\[64, 64\] there, \[8\] here"),
+    ]:
+        other = make_trainer(dataclasses.replace(config, **change), env)
+        with pytest.raises(
+            ValueError, match=r"written by a trainer with other settings \(" + message
+        ):
+            train_with_checkpoints(other, key, tmp_path, every=3)
+    # a trainer that names no settings: the differing leaves, with [shape, dtype] both sides
+    anonymous = make_trainer(dataclasses.replace(config, num_envs=2), env)._replace(settings=())
+    with pytest.raises(
+        ValueError, match=r"other shapes than this trainer's \(\[shape, dtype\] of carry\.env_state"
+    ):
+        train_with_checkpoints(anonymous, key, tmp_path, every=3)
+    saved = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
+    assert saved == [3, 6]  # nothing was written by the refused calls
 
 
 def _multiplier_reference(config, excess):
@@ -159,6 +179,10 @@ def test_the_multiplier_reference_follows_adam_and_plain_steps():
 def test_the_certificate_and_bad_input(env):
     assert ascpo.certificate(7.0) == pytest.approx(0.02)
     assert ascpo.certificate(np.sqrt(19.0)) == pytest.approx(0.05)
+    assert ascpo.certificate(0) == 1.0
+    for k in (-7.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"k=.* must be finite and >= 0"):
+            ascpo.certificate(k)
     with pytest.raises(ValueError, match="cost_limit must be >= 0"):
         make_train(dataclasses.replace(CONFIG, cost_limit=-1.0), env)
     with pytest.raises(ValueError, match="k must be >= 0"):

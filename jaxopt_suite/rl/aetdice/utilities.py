@@ -356,12 +356,16 @@ class AET(NamedTuple):
     def check_returns(self, partial_returns, episode_returns) -> None:
         """Raises where the objective is undefined on a dataset's returns (e.g. Nash welfare
         of a negative return without a shift): ``h`` at every accumulated return ``x_t`` an
-        episode passes through (``partial_returns``), or, for SER, ``g`` at every episode's
-        return (a conservative stand-in for the expected returns its dual can reach)."""
+        episode passes through (``partial_returns``), and ``g`` at every episode's ``h(G)``
+        (for SER ``h(G) = G``; a conservative stand-in for the expected ``h(G)`` its dual can
+        reach: ``g(mean h(G))`` needs ``g`` defined there, which an ``h`` defined everywhere
+        does not ensure, e.g. Nash welfare of a negative linear ``h``)."""
         if self.inner is None:
             self.outer.check_returns(episode_returns, "the dataset's episode returns")
-        else:
-            self.inner.check_returns(partial_returns, "the dataset's accumulated returns")
+            return
+        self.inner.check_returns(partial_returns, "the dataset's accumulated returns")
+        transformed = self.transform(jnp.asarray(np.asarray(episode_returns), jnp.float32))
+        self.outer.check_returns(transformed, "h of the dataset's episode returns")
 
 
 def ser(utility: Utility) -> AET:
