@@ -97,6 +97,20 @@ preference, mean over the keys):
 * threshold ESR: +0.0021 (0.0009), 0.36% against 0.78%;
 * risk-averse ESR: +0.0003 (0.0001), 0.42% against 0.50%.
 
+Would the Markov extraction under SER alone (where ``h = id`` and the policy drops only the
+time) serve as the default? It gains on the Brax tasks (halfcheetah Nash SER +0.0077 held
+out, above; Tchebycheff SER +0.0018, hopper Nash SER +0.0054 on the suite's keys), but on
+the balance task (``probes/morl_markov_balance_ser.json``, this module at 51cbe8a, the
+suite's 3 keys, 33 min here while another suite ran; the augmented form reproduces the
+committed ``morl.json`` SER cells) it loses on every SER objective, Markov minus augmented:
+
+* Nash SER: -0.0012 (0.0003); Tchebycheff SER: -0.0058 (0.0018);
+* threshold SER: -0.0007 (0.0014), and the Markov form falls below SER-DICE (-0.0006);
+* risk-averse SER: -0.0003 (0.00005).
+
+Over 10 steps the time input carries the finite horizon's end, which the policy uses; so
+neither form is better everywhere, and the default stays the augmented state.
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
@@ -120,6 +134,10 @@ preference, mean over the keys):
         --objectives nash/esr,tchebycheff/esr,threshold/esr,risk_averse/esr \\
         --variants aetdice,aetdice_accumulated \\
         --out benchmarks/results/probes/morl_projected_balance.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_balance \\
+        --objectives nash/ser,tchebycheff/ser,threshold/ser,risk_averse/ser \\
+        --variants aetdice,aetdice_markov \\
+        --out benchmarks/results/probes/morl_markov_balance_ser.json
 """
 
 from __future__ import annotations
