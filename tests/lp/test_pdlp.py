@@ -279,7 +279,8 @@ def test_batch_advance_time_limit_counts_from_each_slots_fill():
     from jaxopt_suite.lp import batch_advance, batch_refill, batch_start
 
     lp, lower, upper = _slow_batch(4)
-    options = LPOptions(tolerance=1e-30, max_iterations=10**6, time_limit=0.3)
+    # a limit well above what a start, a refill and one evaluation take on a loaded machine
+    options = LPOptions(tolerance=1e-30, max_iterations=10**6, time_limit=1.0)
     every = options.eval_every
 
     def run(wait):
@@ -290,7 +291,7 @@ def test_batch_advance_time_limit_counts_from_each_slots_fill():
         return batch, late, refilled
 
     run(0.0)  # compiles every step, so that only the sleep below passes the limit
-    batch, late, refilled = run(0.4)
+    batch, late, refilled = run(1.2)
     assert np.all(batch.status == -1)
     # the slots' clocks ran between the calls: past the limit at the next evaluation
     assert np.all(late.status == Status.TIME_LIMIT)
