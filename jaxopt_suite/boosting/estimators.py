@@ -33,6 +33,7 @@ except ImportError as error:  # pragma: no cover - exercised only without scikit
         "jaxopt_suite.boosting.estimators needs scikit-learn: pip install 'jaxopt_suite[bench]'"
     ) from error
 
+from jaxopt_suite._checks import check_real
 from jaxopt_suite.boosting.binning import apply_bins
 from jaxopt_suite.boosting.fit import BoostingConfig, fit_boosting, predict_raw
 from jaxopt_suite.boosting.losses import get_loss
@@ -124,11 +125,11 @@ class _Boosting(BaseEstimator):
             raise ValueError(
                 f"early_stopping_rounds must be None or a positive int, got {patience!r}"
             )
-        fraction = self.validation_fraction
-        if patience is not None and not (
-            isinstance(fraction, numbers.Real) and 0.0 < float(fraction) < 1.0
-        ):
-            raise ValueError(f"validation_fraction must lie in (0, 1), got {fraction!r}")
+        if patience is not None:
+            check_real(
+                "validation_fraction", self.validation_fraction, "lie in (0, 1)",
+                lambda v: 0.0 < v < 1.0,
+            )  # fmt: skip
 
     def _fit(self, X, y, config, eval_set, stratify=None):
         seed = 0 if self.random_state is None else int(self.random_state)
