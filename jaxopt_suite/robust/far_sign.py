@@ -61,27 +61,31 @@ scores each worker by
 .. math::
   T_i = c_i \\, \\lVert p_i / c_i - \\operatorname{med}_j (p_j / c_j) \\rVert^2
 
-(``med``: the coordinatewise median over the workers admitted so far; all are at first)
-and, until the next refresh, applies the fast step only for admitted workers: an admitted
-worker stays admitted while ``T_i <= kappa m``, an excluded one is readmitted once ``T_i
-<= m``, ``m`` the median score of the admitted workers (should fewer than half the workers
-pass, those with at most the median of all scores pass too). The slow step is taken for
-every message. Bits that are fair coins around a shared mean give ``T_i`` about ``K``
-whatever ``c_i``; a worker whose bits keep a bias ``b`` that the others do not share adds
-``c_i |b|^2``, which grows with every message. The attacks that move the tracker need such
-a bias: ALIE's workers all answer for one point inside the honest spread, and sign
-flippers answer against the honest mean while the tracker is off. Honest workers' data
-shards give them small biases of their own, hence a threshold relative to the median
-score. Taking the medians over the admitted workers keeps the excluded ones' pulls from
-shifting the reference the others are measured against; it also gives up the all-workers
-median's guarantee: were the admitted workers ever mostly Byzantine, the reference would
-be theirs. Excluded workers are still recorded; the lower bar for readmission keeps a
-worker whose bias returns whenever it is readmitted (a sign flipper: its answers oppose
-the honest mean only once the tracker has moved) from hovering at the threshold. The
-price: the fast steps of excluded honest workers are lost. Needs fewer than half of the
-workers Byzantine (the medians), and a worker's successive messages drawn independently
-given the parameters: with worker momentum they are a slowly moving average, honest scores
-spread, and the ``robust`` suite's runs with both can collapse.
+(``med``: the coordinatewise median over all ``n`` workers) and, until the next refresh,
+applies the fast step only for admitted workers: an admitted worker stays admitted while
+``T_i <= kappa m``, an excluded one is readmitted once ``T_i <= m``, ``m`` the median score
+of all workers (so at least half of them are admitted after every refresh). The slow step
+is taken for every message. Bits that are fair coins around a shared mean give ``T_i``
+about ``K`` whatever ``c_i``; a worker whose bits keep a bias ``b`` that the others do not
+share adds ``c_i |b|^2``, which grows with every message. The attacks that move the
+tracker need such a bias: ALIE's workers all answer for one point inside the honest
+spread, and sign flippers answer against the honest mean while the tracker is off. Honest
+workers' data shards give them small biases of their own, hence a threshold relative to the
+median score. Both medians are over all workers, whatever the screen decided before: with
+fewer than half of the workers Byzantine, honest workers set them at every refresh, so a
+screen that went wrong recovers at the next one. (Medians over the admitted workers alone
+keep the excluded workers' pulls out of the reference, but once the admitted are mostly
+Byzantine the reference is theirs: in the ``robust`` suite's 30% IPM run of commit c6b1f2a
+that rule shut the honest workers out for good and the parameters diverged.) Excluded
+workers are still recorded; the lower bar for readmission keeps a worker whose bias returns
+whenever it is readmitted (a sign flipper: its answers oppose the honest mean only once the
+tracker has moved) from hovering at the threshold. Byzantine workers that answer for the
+very point the tracker settles at send fair coins and can pass: IPM's point mass at 30%
+holds the medians along the directions where the honest spread is wide. The price: the fast
+steps of excluded honest workers are lost. Needs fewer than half of the workers Byzantine
+(the medians), and a worker's successive messages drawn independently given the parameters:
+with worker momentum they are a slowly moving average, honest scores spread, and the
+``robust`` suite's runs with both can collapse.
 """
 
 from __future__ import annotations
@@ -253,24 +257,21 @@ def check_screen(screen) -> float:
 
 def screen_scores(screen: Screen) -> jax.Array:
     """``T_i = c_i |p_i / c_i - med_j (p_j / c_j)|^2`` for every worker, the median over
-    the admitted workers ``j`` (``c_i`` counts at least 1)."""
+    all workers ``j`` (``c_i`` counts at least 1)."""
     c = jnp.maximum(screen.counts, 1.0)
     means = screen.pulls / c[:, None]
-    trusted = jnp.where(screen.admitted[:, None], means, jnp.nan)
-    reference = jnp.nanmedian(trusted, axis=0, keepdims=True)
+    reference = jnp.median(means, axis=0, keepdims=True)
     return c * jnp.sum((means - reference) ** 2, axis=1)
 
 
 def refresh_screen(screen: Screen, kappa) -> Screen:
     """Keeps the admitted workers with ``T_i <= kappa m`` and readmits the excluded ones
-    with ``T_i <= m``, ``m`` the median score of the admitted workers; should fewer than
-    half the workers pass, those scoring at most the median of all scores pass too."""
+    with ``T_i <= m``, ``m`` the median score of all workers. Neither median depends on who
+    was admitted before, so the outcome does not either: the screen cannot be captured by
+    a past decision."""
     scores = screen_scores(screen)
-    median = jnp.nanmedian(jnp.where(screen.admitted, scores, jnp.nan))
-    admitted = scores <= jnp.where(screen.admitted, kappa * median, median)
-    n = admitted.shape[0]
-    enough = 2 * jnp.sum(admitted) >= n
-    return screen._replace(admitted=admitted | (~enough & (scores <= jnp.median(scores))))
+    median = jnp.median(scores)
+    return screen._replace(admitted=scores <= jnp.where(screen.admitted, kappa * median, median))
 
 
 def residual(state: ServerState, d: Directions) -> jax.Array:
