@@ -201,8 +201,9 @@ def test_a_screen_whose_admitted_workers_are_mostly_byzantine_recovers_at_one_re
     # One coordinate, one message each: honest workers 0-3 at -1..2, Byzantine 4-6 at
     # 30..32, and a past refresh that left only worker 3 and the Byzantine ones admitted.
     # Medians over all workers (reference 2, median score 9) readmit the honest workers and
-    # shut the Byzantine ones out. Medians over the admitted ones (reference 30.5) would
-    # score the Byzantine workers lowest and keep them in, the honest ones out, for good.
+    # shut the Byzantine ones out. Medians over the admitted ones (reference 30.5, median
+    # score 1.25) scored the Byzantine workers lowest and kept them in, with three of the
+    # four honest workers out, at this refresh and every later one.
     x = jnp.array([[0.0], [1.0], [2.0], [-1.0], [30.0], [31.0], [32.0]])
     admitted = jnp.array([False, False, False, True, True, True, True])
     screen = fs.Screen(x, jnp.ones(7), admitted)
