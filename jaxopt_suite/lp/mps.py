@@ -17,7 +17,8 @@ solver's relative residuals. The objective constant (``RHS`` on the objective ro
 coefficients stay as written. A bound that is infinite on its wrong side (``LO 1e30``,
 ``UP -1e30``, ``FX 1e30``) or a row whose sides become empty (``L`` row with ``RHS
 -1e30``) is an error. :func:`write_mps` therefore writes finite values of that magnitude,
-which read back infinite, only with a warning.
+which read back infinite, only with a warning, and only on their own side (a lower value
+of ``-1e25``, an upper one of ``1e25``); on the other it refuses them.
 
 Malformed input raises :class:`MPSError` with the line number.
 """
@@ -79,6 +80,14 @@ def _fixed_fields(line: str) -> list[str]:
     while fields and not fields[-1]:
         fields.pop()
     return fields
+
+
+def _ordered_names(index: dict[str, int], count: int) -> list[str]:
+    """The names of ``index`` (name -> position) in position order."""
+    names = [None] * count
+    for name, position in index.items():
+        names[position] = name
+    return names
 
 
 class _Reader:
@@ -317,10 +326,7 @@ class _Reader:
             self.lower_set.add(j)
 
     def row_names(self) -> list[str]:
-        names = [None] * len(self.row_types)
-        for name, i in self.row_index.items():
-            names[i] = name
-        return names
+        return _ordered_names(self.row_index, len(self.row_types))
 
     def build(self) -> LP:
         m, n = len(self.row_types), len(self.col_index)
@@ -357,9 +363,7 @@ class _Reader:
             var_lower[j] = value
         for j, value in self.upper.items():
             var_upper[j] = value
-        names = [None] * n
-        for name, j in self.col_index.items():
-            names[j] = name
+        names = _ordered_names(self.col_index, n)
         return LP(
             c * self.sense,
             A,
@@ -398,16 +402,18 @@ def _range(rhs: float, other: float) -> float:
 
 def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
     """Writes ``lp`` as free MPS (integer columns in ``MARKER`` blocks). The minimisation
-    form is written (``OBJSENSE`` ``MIN``). A two-sided row is a ``G`` row on its lower
-    side or an ``L`` row on its upper side, whichever is smaller in magnitude, with the
-    width in ``RANGES``: the reader rebuilds the far side as ``RHS +- |R|``, exactly
-    wherever some float ``|R|`` allows and else within one rounding of the far side
-    (writing the larger side would round a small one away: ``[-1e15, 1e-5]`` as ``-1e15``
-    plus ``1e15`` gives an upper side of 0). Finite bounds of magnitude at least
-    :data:`INFINITY` read back as infinite (module docstring): they are written with a
-    warning. Names default to ``R<i>`` / ``C<j>``; names with spaces cannot be written. A
-    free row (both sides infinite) constrains nothing and is written as an extra ``N`` row,
-    which :func:`read_mps` drops."""
+    form is written (``OBJSENSE`` ``MIN``). A two-sided row is a ``G`` row on its lower side
+    or an ``L`` row on its upper side, whichever is smaller in magnitude, with the width in
+    ``RANGES``: the reader rebuilds the far side as ``RHS +- |R|``, exactly wherever some
+    float ``|R|`` allows and else within one rounding of the far side (writing the larger
+    side would round a small one away: ``[-1e15, 1e-5]`` as ``-1e15`` plus ``1e15`` gives an
+    upper side of 0). Finite bounds of magnitude at least :data:`INFINITY` read back as
+    infinite (module docstring): they are written with a warning where infinity is their
+    side (a lower side or bound of ``-1e25``, an upper one of ``1e25``), and refused with a
+    ``ValueError`` where it is not (``1e25`` as a lower side, ``E`` row or fixed bound),
+    which would make a file that :func:`read_mps` refuses. Names default to ``R<i>`` /
+    ``C<j>``; names with spaces cannot be written. A free row (both sides infinite)
+    constrains nothing and is written as an extra ``N`` row, which :func:`read_mps` drops."""
     m, n = lp.num_rows, lp.num_cols
     row_names = list(lp.row_names) if lp.row_names is not None else [f"R{i}" for i in range(m)]
     col_names = list(lp.col_names) if lp.col_names is not None else [f"C{j}" for j in range(n)]
@@ -417,6 +423,20 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
     if objective_name in row_names:
         raise ValueError(f"objective_name {objective_name!r} is also a row name")
     out = [f"NAME {lp.name or 'LP'}", "OBJSENSE", "    MIN", "ROWS", f" N {objective_name}"]
+    for name, values, sign in (
+        ("row_lower", lp.row_lower, 1.0),
+        ("row_upper", lp.row_upper, -1.0),
+        ("var_lower", lp.var_lower, 1.0),
+        ("var_upper", lp.var_upper, -1.0),
+    ):
+        wrong = np.flatnonzero(np.isfinite(values) & (sign * np.asarray(values) >= INFINITY))
+        if wrong.size:
+            k = int(wrong[0])
+            raise ValueError(
+                f"{name}[{k}] = {float(values[k])} would read back as {sign:+g} * inf, a side "
+                f"nothing satisfies, and read_mps would refuse the file (|values| >= "
+                f"{INFINITY:g} are infinite in MPS)"
+            )
     huge = [
         name
         for name, values in (

@@ -22,6 +22,7 @@ the running max cost appended).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -31,7 +32,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from envs import wrap_for_training
-from jaxopt_suite._checks import check_settings
+from jaxopt_suite._checks import check_real, check_settings
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_kl, gaussian_log_prob
 from jaxopt_suite.rl.rollout import (
@@ -109,6 +110,10 @@ class TrustRegionConfig:
             unit=("discount", "gae_lambda", "cost_discount", "cost_gae_lambda",
                   "backtrack_decay"),
         )  # fmt: skip
+        # the episode statistics compare against it and refuse an infinite limit
+        check_real(
+            "cost_limit", self.cost_limit, "be finite and >= 0", lambda v: 0.0 <= v < math.inf
+        )
         return self
 
 

@@ -129,6 +129,25 @@ def test_writing_huge_finite_bounds_warns(tmp_path):
     assert back.row_lower[0] == -np.inf and back.var_upper[0] == np.inf
 
 
+@pytest.mark.parametrize(
+    "lp, named",
+    [
+        (LP([1.0], [[1.0]], [1e25], [1e25], [0.0], [1.0]), r"row_lower\[0\] = 1e\+25"),
+        (LP([1.0], [[1.0]], [1e25], [np.inf], [0.0], [1.0]), r"row_lower\[0\] = 1e\+25"),
+        (LP([1.0], [[1.0]], [-np.inf], [-3e20], [0.0], [1.0]), r"row_upper\[0\] = -3e\+20"),
+        (LP([1.0], [[1.0]], [0.0], [1.0], [2e20], [2e20]), r"var_lower\[0\] = 2e\+20"),
+        (LP([1.0], [[1.0]], [0.0], [1.0], [-np.inf], [-1e20]), r"var_upper\[0\] = -1e\+20"),
+    ],
+)
+def test_writing_huge_values_on_their_wrong_side_is_refused(tmp_path, lp, named):
+    # each would read back as an empty side (an E row at +inf, a lower bound of +inf, ...),
+    # and read_mps refuses such a file: the writer refuses to make it
+    path = tmp_path / "wrong.mps"
+    with pytest.raises(ValueError, match=named + ".*read_mps would refuse"):
+        write_mps(lp, path)
+    assert not path.exists()
+
+
 def _card(f1="", f2="", f3="", f4="", f5="", f6=""):
     """A fixed-MPS data line: fields at columns 2-3, 5-12, 15-22, 25-36, 40-47, 50-61."""
     return f" {f1:<2} {f2:<8}  {f3:<8}  {f4:>12}   {f5:<8}  {f6:>12}".rstrip()

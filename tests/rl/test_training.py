@@ -191,6 +191,11 @@ def test_the_certificate_and_bad_input(env):
         make_train(dataclasses.replace(CONFIG, algorithm="trpo"), env)
     with pytest.raises(ValueError, match="cost_limit must be >= 0"):
         make_ppo_train(PPOLagrangianConfig(cost_limit=-0.1), env)
+    # an infinite limit fails at the configuration, not later while the update is traced
+    with pytest.raises(ValueError, match="cost_limit must be finite and >= 0, got inf"):
+        make_train(dataclasses.replace(CONFIG, cost_limit=float("inf")), env)
+    with pytest.raises(ValueError, match="cost_limit must be finite and >= 0, got inf"):
+        make_ppo_train(PPOLagrangianConfig(cost_limit=float("inf")), env)
     with pytest.raises(ValueError, match="lagrange_optimizer must be one of"):
         make_ppo_train(PPOLagrangianConfig(lagrange_optimizer="rmsprop"), env)
     with pytest.raises(ValueError, match="must carry a MaxCostWrapper"):
