@@ -50,7 +50,7 @@ again. The screen's medians are over all workers: for a while (109c0b7 to c6b1f2
 were over the admitted workers, picked on keys 1-5 of sign flip and no attack (so those
 keys are not held out from the design), and dropped for a failure, not a score: at 30%
 IPM the Byzantine workers became most of the admitted ones, owned the reference, and the
-run diverged (10.1% at c6b1f2a).
+run diverged (10.1%: the run at c6b1f2a, its robust.json committed in 6529c62).
 
 Iterate average (report only, no target): every run is also scored by the mean of the
 parameters recorded at the second half of its checkpoints (an average of the iterates over

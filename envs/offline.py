@@ -172,10 +172,9 @@ def _json_problems(value, where: str) -> list[str]:
 def _metadata_json(metadata) -> str:
     """``metadata`` as JSON text, or a ValueError naming every entry that would not read back
     unchanged: a dataset's metadata must equal itself after :func:`save` and :func:`load`,
-    so tuples, non-string keys and non-JSON values (numpy scalars, arrays) are refused rather
-    than silently converted."""
-    if not isinstance(metadata, dict):
-        raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}")
+    so tuples, non-string keys and non-JSON values (numpy arrays, numpy scalars except
+    ``np.float64``, which is a ``float``) are refused rather than silently converted (a NaN float
+    passes, and reads back as NaN). ``metadata`` is a dict (:func:`validate_dataset`)."""
     problems = _json_problems(metadata, "metadata")
     if problems:
         raise ValueError(

@@ -64,6 +64,4 @@ def check_settings(
         (unit, lambda v: 0 < v <= 1, "lie in (0, 1]"),
     ):
         for name in names:
-            value = getattr(config, name)
-            if not ok(float(value)):  # NaN fails every comparison
-                raise ValueError(f"{name} must {expected}, got {value!r}")
+            check_real(name, getattr(config, name), expected, ok)

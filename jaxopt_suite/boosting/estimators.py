@@ -119,17 +119,16 @@ class _Boosting(BaseEstimator):
 
     def _check_early_stopping(self) -> None:
         patience = self.early_stopping_rounds
-        if patience is not None and (
-            isinstance(patience, bool) or not isinstance(patience, numbers.Integral) or patience < 1
-        ):
+        if patience is None:
+            return
+        if isinstance(patience, bool) or not isinstance(patience, numbers.Integral) or patience < 1:
             raise ValueError(
                 f"early_stopping_rounds must be None or a positive int, got {patience!r}"
             )
-        if patience is not None:
-            check_real(
-                "validation_fraction", self.validation_fraction, "lie in (0, 1)",
-                lambda v: 0.0 < v < 1.0,
-            )  # fmt: skip
+        check_real(
+            "validation_fraction", self.validation_fraction, "lie in (0, 1)",
+            lambda v: 0.0 < v < 1.0,
+        )  # fmt: skip
 
     def _fit(self, X, y, config, eval_set, stratify=None):
         seed = 0 if self.random_state is None else int(self.random_state)

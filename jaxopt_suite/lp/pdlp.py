@@ -589,6 +589,13 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadlin
 _solve_jit = jax.jit(_solve, static_argnums=3)
 
 
+def _compiled_options(options: LPOptions) -> LPOptions:
+    """``options`` as a compiled loop's static key: the loop reads the time limit only as
+    the ``deadline`` argument and whether there is one, so every limit maps to one key and a
+    new limit (a branch-and-bound's time left, say) does not compile the loop again."""
+    return options if options.time_limit is None else options._replace(time_limit=1.0)
+
+
 def _check_options(options: LPOptions) -> None:
     if not options.tolerance > 0:
         raise ValueError(f"tolerance must be > 0, got {options.tolerance}")
@@ -654,7 +661,7 @@ def solve_lp(
     state = _solve_jit(
         data,
         *jax.device_put((np.asarray(x0, dtype), np.asarray(y0, dtype))),
-        options,
+        _compiled_options(options),
         _deadline(start, options.time_limit),
     )
     x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
@@ -860,7 +867,7 @@ def batch_advance(
     ):
         raise ValueError(f"evaluations must be an int >= 1 or None, got {evaluations!r}")
     limit = jnp.asarray(np.iinfo(np.int32).max if evaluations is None else evaluations, jnp.int32)
-    advance = _batched_advance(batch.options)
+    advance = _batched_advance(_compiled_options(batch.options))
     return _in_groups(
         batch,
         threads,
@@ -1124,7 +1131,7 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     instances into a batch of half the size or less (at least ``_COMPACT_MIN // 2``)
     whenever at most half of the slots still run; a batch under ``_COMPACT_MIN`` slots
     then runs to the end in one call (below that, the calls cost more than they save)."""
-    advance = _batched_advance(batch.options)
+    advance = _batched_advance(_compiled_options(batch.options))
     chunk = jnp.asarray(evaluations, jnp.int32)
     to_the_end = jnp.asarray(np.iinfo(np.int32).max, jnp.int32)
     full = batch.state

@@ -128,7 +128,8 @@ class MIPSolution(NamedTuple):
     """``x``: model-variable values (``z`` included); ``objective`` and ``bound`` in the
     model's sense (a lower bound for a minimisation, an upper bound for a maximisation);
     ``gap`` relative; ``history``: ``(seconds, nodes, objective, bound)`` at each new
-    incumbent; ``lp_x``: the incumbent's LP point (lambda columns included).
+    incumbent of the search (not the witness of ``UNBOUNDED`` that a feasibility search
+    found, below); ``lp_x``: the incumbent's LP point (lambda columns included).
 
     ``UNBOUNDED`` and ``INFEASIBLE_OR_UNBOUNDED`` report ``bound = -inf`` (``+inf`` for a
     maximisation); ``UNBOUNDED`` returns a feasible point as ``x`` (its ``objective`` is that
@@ -344,8 +345,8 @@ class _Solver:
         feasibility: bool = False,
     ) -> None:
         self.model, self.compiled, self.options = model, compiled, options
-        # a feasibility search (objective 0, started by a ray): it reports a ray as it
-        # finds it instead of starting a search of its own
+        # a feasibility search (objective 0, started by a ray). With c = 0 no ray descends,
+        # so its LPs never report one; the flag guards against a search starting another
         self.feasibility = feasibility
         # set when a ray was met: the rest of the status message (see _settle_ray)
         self.ray_detail: str | None = None
@@ -743,9 +744,7 @@ class _Solver:
             bound = math.inf  # the minimum over an empty set
         else:
             bound = self.bound(_node_bounds(slots))
-        if status == MIPStatus.OPTIMAL and not (
-            math.isfinite(self.incumbent) or math.isfinite(self.fallback[0])
-        ):
+        if status == MIPStatus.OPTIMAL and not self.has_point:
             status = MIPStatus.INFEASIBLE
         if opts.progress:
             self._print(elapsed, bound)
@@ -759,7 +758,7 @@ class _Solver:
         optimal). Returns the status (``UNBOUNDED``, ``INFEASIBLE`` or
         ``INFEASIBLE_OR_UNBOUNDED``) and the rounds, with the search's point made the
         incumbent (the witness reported as ``x``)."""
-        if math.isfinite(self.incumbent) or math.isfinite(self.fallback[0]):
+        if self.has_point:
             self.ray_detail = "; x is the incumbent found before the ray"
             return MIPStatus.UNBOUNDED, rounds
         opts = self.options
@@ -783,7 +782,7 @@ class _Solver:
         what = f"a feasibility search (objective 0) of {search.nodes} nodes"
         if search.lp_x is not None:
             point = np.asarray(search.lp_x, np.float64)
-            objective = float(lp.c @ point) + lp.objective_offset
+            objective = lp.objective(point)
             if search.polished:
                 self.incumbent, self.incumbent_x = objective, point.copy()
             else:
@@ -839,6 +838,11 @@ class _Solver:
             abs(self.incumbent), 1e-9
         )
 
+    @property
+    def has_point(self) -> bool:
+        """Whether a PWL-feasible point was found: an incumbent, or a fallback."""
+        return math.isfinite(self.incumbent) or math.isfinite(self.fallback[0])
+
     def _final_status(self) -> MIPStatus:
         """The tree is exhausted (or the node limit stopped it)."""
         if self.unresolved:
@@ -846,8 +850,7 @@ class _Solver:
         if self.store.count() and self.nodes >= self.options.node_limit:
             return MIPStatus.NODE_LIMIT
         # a complete search: optimal (to the node tolerance when only a fallback exists)
-        found = math.isfinite(self.incumbent) or math.isfinite(self.fallback[0])
-        return MIPStatus.OPTIMAL if found else MIPStatus.INFEASIBLE
+        return MIPStatus.OPTIMAL if self.has_point else MIPStatus.INFEASIBLE
 
     def _process(self, job: _Job, sol, row: int, elapsed: float) -> MIPStatus | None:
         st = Status(int(sol.status[row]))

@@ -258,12 +258,12 @@ def _check_resumable(saved: dict, current: dict, directory: Path) -> None:
             f"the checkpoint in {directory} was written by a trainer with other settings "
             f"({pairs}): its carry and metrics do not fit this trainer; {advice}"
         )
-    old, new = saved.get("layout", {}), current["layout"]
+    old, new = saved["layout"], current["layout"]  # written together with the settings
     mismatches = [
-        f"{part}{path}: {old.get(part, {}).get(path)} there, {new[part].get(path)} here"
+        f"{part}{path}: {old[part].get(path)} there, {new[part].get(path)} here"
         for part in new
-        for path in {**old.get(part, {}), **new[part]}
-        if old.get(part, {}).get(path) != new[part].get(path)
+        for path in {**old[part], **new[part]}
+        if old[part].get(path) != new[part].get(path)
     ]
     if mismatches:
         shown = "; ".join(mismatches[:3]) + (
@@ -309,17 +309,17 @@ def train_with_checkpoints(
     shapes = {"observation_size": trainer.observation_size, "action_size": trainer.action_size}
     k_init, k_loop = jax.random.split(key)
     keys = jax.random.split(k_loop, trainer.iterations)
-    carry_shape = jax.eval_shape(trainer.init, k_init)
+    carry = trainer.init(k_init)  # touches no checkpoint: the checks below come first
     metrics_shape = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct((trainer.iterations, *x.shape), x.dtype),
-        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry_shape, keys[0]),
+        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry, keys[0]),
     )
     try:  # as JSON reads it back (tuples become lists), to compare with a checkpoint's
         recorded = json.loads(
             json.dumps(
                 {
                     "settings": {"iterations": trainer.iterations, **dict(trainer.settings)},
-                    "layout": {"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)},
+                    "layout": {"carry": _layout(carry), "metrics": _layout(metrics_shape)},
                 }
             )
         )
@@ -340,7 +340,6 @@ def train_with_checkpoints(
                 f"{shapes}: the observation or action sizes do not match"
             )
         _check_resumable(meta.meta, recorded, directory)
-    carry = trainer.init(k_init)
     metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics_shape)
     done = 0
     if latest is not None:

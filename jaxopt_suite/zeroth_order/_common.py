@@ -24,7 +24,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_key
+from jaxopt_suite._checks import check_key, check_real
 
 ValueFn = Callable[[Any], jax.Array]
 
@@ -55,8 +55,7 @@ def check_positive(name: str, value: Any) -> None:
     array = np.asarray(value)
     if array.shape != ():
         raise ValueError(f"{name} must be a scalar, got shape {array.shape}")
-    if not float(array) > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+    check_real(name, value, "be > 0", lambda v: v > 0)
 
 
 def check_value_fn(value_fn: Any, params: Any) -> jnp.dtype:

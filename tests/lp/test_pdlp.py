@@ -253,6 +253,19 @@ def test_time_limit_stops_the_solve():
     assert solution.iterations == LPOptions().eval_every
 
 
+def test_a_new_time_limit_does_not_compile_the_solve_again():
+    # The loop reads the limit through its deadline argument: a branch-and-bound passes its
+    # time left, a new number at every call, and each one compiled anew.
+    from jaxopt_suite.lp import pdlp
+
+    lp = _feasible_lp(6, m=12, n=16)
+    solve_lp(lp, LPOptions(time_limit=100.0))
+    compiled = pdlp._solve_jit._cache_size()
+    for limit in (50.0, 25.5, 12.25):
+        assert solve_lp(lp, LPOptions(time_limit=limit)).status == Status.OPTIMAL
+    assert pdlp._solve_jit._cache_size() == compiled
+
+
 def _slow_batch(batch=64):
     """A tiny LP in ``batch`` copies that never meets its tolerance: only a limit stops it."""
     lp = LP([1.0, 1.0, 1.0], [[1, 2, 3], [3, 1, -1]], [1, 0], [2, np.inf], [0] * 3, [np.inf] * 3)

@@ -364,7 +364,7 @@ class AET(NamedTuple):
             self.outer.check_returns(episode_returns, "the dataset's episode returns")
             return
         self.inner.check_returns(partial_returns, "the dataset's accumulated returns")
-        transformed = self.transform(jnp.asarray(np.asarray(episode_returns), jnp.float32))
+        transformed = self.transform(jnp.asarray(episode_returns, jnp.float32))
         self.outer.check_returns(transformed, "h of the dataset's episode returns")
 
 
