@@ -330,9 +330,16 @@ def fit_boosting(
 
 def predict_raw(model: BoostingModel, X, rounds: int | None = None) -> jax.Array:
     """The raw score ``F (n, K)`` of ``model`` at ``X``, from its first ``rounds`` rounds
-    (all by default)."""
+    (all by default). A coordinate learner's model keeps only its final weights, so it takes
+    ``rounds=None`` alone (fit it with fewer rounds for an earlier one: its rounds draw
+    nothing at random)."""
     X = check_features(X)
     if model.weights is not None:
+        if rounds is not None:
+            raise ValueError(
+                f"rounds must be None for a coordinate learner's model, which keeps only its "
+                f"final weights, got {rounds!r}; fit with rounds={rounds!r} instead"
+            )
         if X.shape[1] != model.weights.shape[0]:
             raise ValueError(f"X has {X.shape[1]} features, the model {model.weights.shape[0]}")
         return jnp.asarray(X, jnp.float32) @ model.weights + model.base[None, :]

@@ -154,6 +154,9 @@ def test_newton_cd_reproduces_the_newton_path_on_a_separable_quadratic(key):
     model = fit_boosting(X, y, config, key).model
     w = np.r_[np.asarray(model.weights)[:, 0], float(model.base[0])]
     np.testing.assert_allclose(w, w_star, atol=2e-5)
+    # only the final weights are kept: an earlier round is refused, not the last one returned
+    with pytest.raises(ValueError, match="rounds must be None for a coordinate learner"):
+        predict_raw(model, X, 3)
 
 
 def test_newton_cd_reaches_the_lbfgs_optimum_of_logistic_regression(key):
