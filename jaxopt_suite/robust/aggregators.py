@@ -24,6 +24,7 @@ Byzantine count it must tolerate.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from collections.abc import Callable
@@ -219,6 +220,18 @@ def sign_majority(updates: Any) -> Any:
     return unravel(jnp.sign(jnp.sum(jnp.sign(M), axis=0)))
 
 
+_RULES = {
+    "mean": mean,
+    "coordinate_median": coordinate_median,
+    "trimmed_mean": trimmed_mean,
+    "krum": krum,
+    "multi_krum": multi_krum,
+    "geometric_median": geometric_median,
+    "centered_clipping": centered_clipping,
+    "sign_majority": sign_majority,
+}
+
+
 def make_aggregator(
     name: str, *, num_workers: int, num_byzantine: int = 0, **options
 ) -> Callable[..., Any]:
@@ -237,26 +250,27 @@ def make_aggregator(
             f"(its options: {takes})"
         )
     n = check_integer("num_workers", num_workers, 1)
+    rule = _RULES[name]
+    # the options a call would see: the rule's own defaults, overridden by those given
+    settings = {
+        option: inspect.signature(rule).parameters[option].default for option in OPTIONS[name]
+    } | options
     if name == "geometric_median":
-        _check_geometric_median(options.get("iterations", 100), options.get("eps", 1e-8))
+        _check_geometric_median(settings["iterations"], settings["eps"])
     elif name == "centered_clipping":
-        _check_centered_clipping(options.get("tau", 1.0), options.get("iterations", 1))
-    elif name == "multi_krum" and options.get("m") is not None:
-        _check_m(options["m"], n)
+        _check_centered_clipping(settings["tau"], settings["iterations"])
+    elif name == "multi_krum" and settings["m"] is not None:
+        _check_m(settings["m"], n)
     need = TOLERANCE[name]
     if need is None:  # the mean: no tolerance to check, the count must still make sense
         if check_integer("num_byzantine", num_byzantine, 0) > n:
             raise ValueError(f"num_byzantine must lie in [0, {n}], got {num_byzantine}")
     else:
         _check_byzantine(name, n, num_byzantine, need)
-    rules = {
-        "mean": mean,
-        "coordinate_median": coordinate_median,
-        "trimmed_mean": lambda u: trimmed_mean(u, num_byzantine),
-        "krum": lambda u: krum(u, num_byzantine),
-        "multi_krum": lambda u: multi_krum(u, num_byzantine, options.get("m")),
-        "geometric_median": lambda u: geometric_median(u, **options),
-        "centered_clipping": lambda u, center=None: centered_clipping(u, center, **options),
-        "sign_majority": sign_majority,
-    }
-    return rules[name]
+    if name in ("mean", "coordinate_median", "sign_majority"):
+        return rule
+    if name == "centered_clipping":
+        return lambda u, center=None: rule(u, center, **settings)
+    if name in ("trimmed_mean", "krum", "multi_krum"):
+        return lambda u: rule(u, num_byzantine, **settings)
+    return lambda u: rule(u, **settings)
