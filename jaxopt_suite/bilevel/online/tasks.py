@@ -104,10 +104,13 @@ def online_hyper_cleaning(
     x_val, y_val = jnp.asarray(split.x_val), jnp.asarray(split.y_val)
     span = max(1, int(round(segment * n)))
     key = jax.random.key(seed)
+    # round t's window starts at floor(t n / num_rounds), computed here in int64: the
+    # product overflows int32 once t n > 2^31 (after 44.7k rounds on Fashion-MNIST)
+    starts = jnp.asarray((np.arange(num_rounds, dtype=np.int64) * n) // num_rounds, jnp.int32)
 
     def round_data(t):
         k_in, k_out = jax.random.split(jax.random.fold_in(key, t))
-        start = (t * n) // num_rounds
+        start = starts[t % num_rounds]
         idx = (start + jax.random.randint(k_in, (batch_size,), 0, span)) % n
         val = jax.random.randint(k_out, (batch_size,), 0, x_val.shape[0])
         return (idx, inputs[idx], labels[idx]), (x_val[val], y_val[val])

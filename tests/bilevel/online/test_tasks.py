@@ -34,6 +34,20 @@ def test_hyper_cleaning_stream_replays_and_walks_through_the_pool(split):
         assert val_inputs.shape == (32, split.x_train.shape[1])
 
 
+def test_hyper_cleaning_stream_walks_the_pool_past_int32_products():
+    # t n passes 2^31 after 42950 of these rounds; the windows must still start at t n / T
+    n, rounds = 50_000, 100_000
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(n, 2)).astype(np.float32), rng.integers(0, 2, n).astype(np.int32)
+    pool = tasks.Split(x, y, x[:8], y[:8], x[:8], y[:8], num_classes=2, name="synthetic")
+    task = online_tasks.online_hyper_cleaning(pool, num_rounds=rounds, batch_size=16, segment=0.01)
+    data = jax.jit(task.problem.round_data)
+    for t in (50_000, 90_000, rounds - 1):
+        (idx, _, _), _ = data(jnp.int32(t))
+        start = (t * n) // rounds  # Python integers: exact
+        assert np.all((np.asarray(idx) - start) % n < round(0.01 * n)), t
+
+
 def test_hyper_cleaning_noise_rises_along_the_pool(split):
     task = online_tasks.online_hyper_cleaning(
         split, num_rounds=T, batch_size=256, corruption=(0.0, 1.0), segment=0.1
