@@ -20,6 +20,13 @@ Each rule maps the stacked worker updates (a pytree whose leaves have a leading 
 
 :func:`make_aggregator` builds one by name and checks its options (:data:`OPTIONS`) and the
 Byzantine count it must tolerate.
+
+A Byzantine worker may send NaN, inf or values near the float limit; the robust rules keep
+them out as they keep out any wild update, while the honest workers are enough: the medians
+leave NaN entries out (inf sorts like any large value), the trimmed mean sorts NaN past
+``+inf``, Krum counts a distance that is not finite (overflowed or NaN) as infinite, the
+geometric median and centered clipping give a row with a non-finite entry no weight, and
+the sign vote counts a NaN as an abstention. The mean, which is not robust, passes them on.
 """
 
 from __future__ import annotations
@@ -111,7 +118,7 @@ def mean(updates: Any) -> Any:
 
 def coordinate_median(updates: Any) -> Any:
     M, unravel = stack(updates)
-    return unravel(jnp.median(M, axis=0))
+    return unravel(jnp.nanmedian(M, axis=0))
 
 
 def trimmed_mean(updates: Any, num_byzantine: int) -> Any:
@@ -133,9 +140,12 @@ def _pairwise_squared_distances(M: jax.Array) -> jax.Array:
     is the workers' spread, and the expansion's error is relative to it. The median, not the
     mean: a few wild rows would drag a mean away from the honest ones (their distances are
     then computed from large norms again) but cannot move the median far."""
-    C = M - jnp.median(M, axis=0, keepdims=True)
+    C = M - jnp.nanmedian(M, axis=0, keepdims=True)
     squared = jnp.sum(C * C, axis=1)
-    return jnp.maximum(squared[:, None] + squared[None, :] - 2.0 * C @ C.T, 0.0)
+    distance = squared[:, None] + squared[None, :] - 2.0 * C @ C.T
+    # a row with a NaN or inf entry, or one so large that its square overflows, is
+    # infinitely far from every other (inf - inf would give NaN, which top_k ranks first)
+    return jnp.where(jnp.isnan(distance), jnp.inf, jnp.maximum(distance, 0.0))
 
 
 def _krum_scores(M: jax.Array, f: int) -> jax.Array:
@@ -187,12 +197,15 @@ def geometric_median(updates: Any, iterations: int = 100, eps: float = 1e-8) -> 
     iterations = _check_geometric_median(iterations, eps)
     M, unravel = stack(updates)
 
-    def step(z, _):
-        distance = jnp.maximum(jnp.linalg.norm(M - z[None, :], axis=1), eps)
-        weight = 1.0 / distance
-        return weight @ M / jnp.sum(weight), None
+    finite = jnp.all(jnp.isfinite(M), axis=1)
+    M_finite = jnp.where(finite[:, None], M, 0.0)
 
-    z, _ = jax.lax.scan(step, jnp.median(M, axis=0), None, length=iterations)
+    def step(z, _):
+        distance = jnp.maximum(jnp.linalg.norm(M_finite - z[None, :], axis=1), eps)
+        weight = jnp.where(finite, 1.0 / distance, 0.0)
+        return weight @ M_finite / jnp.sum(weight), None
+
+    z, _ = jax.lax.scan(step, jnp.nanmedian(M, axis=0), None, length=iterations)
     return unravel(z)
 
 
@@ -205,8 +218,10 @@ def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterat
     if v.shape != (M.shape[1],):
         raise ValueError(f"center must have the shape of one update ({M.shape[1]} entries)")
 
+    finite = jnp.all(jnp.isfinite(M), axis=1, keepdims=True)
+
     def step(v, _):
-        diff = M - v[None, :]
+        diff = jnp.where(finite, M - v[None, :], 0.0)
         norm = jnp.linalg.norm(diff, axis=1, keepdims=True)
         scale = jnp.minimum(1.0, tau / jnp.maximum(norm, 1e-30))
         return v + jnp.mean(diff * scale, axis=0), None
@@ -217,7 +232,8 @@ def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterat
 
 def sign_majority(updates: Any) -> Any:
     M, unravel = stack(updates)
-    return unravel(jnp.sign(jnp.sum(jnp.sign(M), axis=0)))
+    votes = jnp.where(jnp.isnan(M), 0.0, jnp.sign(M))
+    return unravel(jnp.sign(jnp.sum(votes, axis=0)))
 
 
 _RULES = {

@@ -135,6 +135,39 @@ def test_robust_rules_ignore_a_wild_minority(key):
     assert np.all(np.abs(_vec(mean(wild))) > 1e5)
 
 
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, 3e38])
+def test_robust_rules_keep_out_non_finite_and_overflowing_updates(key, value):
+    U = _updates(key)
+    honest = _flat(U)[: N - F]
+    # two Byzantine rows entirely, one with a single bad entry among honest-looking ones
+    bad = jax.tree.map(lambda leaf: leaf.at[N - F : N - 1].set(value), U)
+    bad = {"b": bad["b"].at[N - 1, 0].set(value), "w": bad["w"]}
+    for name in ("coordinate_median", "trimmed_mean", "krum", "multi_krum", "geometric_median"):
+        out = _vec(jax.jit(make_aggregator(name, num_workers=N, num_byzantine=F))(bad))
+        assert np.all(np.abs(out) <= np.abs(honest).max(0) + 1e-4), (name, out)
+    # Krum chooses as if the bad rows were merely far; the geometric median is the honest
+    # rows' own
+    far = _flat(U)
+    far[N - F :] = 1e6
+    np.testing.assert_allclose(_vec(krum(bad, F)), _krum_reference(far, F, 1), rtol=1e-5)
+    np.testing.assert_allclose(
+        _vec(multi_krum(bad, F)), _krum_reference(far, F, N - F), rtol=1e-5, atol=1e-6
+    )
+    honest_tree = jax.tree.map(lambda leaf: leaf[: N - F], U)
+    np.testing.assert_allclose(
+        _vec(geometric_median(bad)), _vec(geometric_median(honest_tree)), atol=1e-4
+    )
+    if not np.isfinite(value):  # a non-finite row has no weight: as if it sat on the center
+        at_center = jax.tree.map(lambda leaf: leaf.at[N - F :].set(0.0), U)
+        np.testing.assert_allclose(
+            _vec(centered_clipping(bad, tau=0.5)), _vec(centered_clipping(at_center, tau=0.5))
+        )
+    votes = np.sign(_flat(bad))
+    np.testing.assert_array_equal(
+        _vec(sign_majority(bad)), np.sign(np.sum(np.nan_to_num(votes, nan=0.0), axis=0))
+    )
+
+
 def test_tolerance_and_shape_errors(key):
     with pytest.raises(ValueError, match="needs n > 2f \\+ 2, got n=8 workers and num_byzantine=3"):
         make_aggregator("krum", num_workers=8, num_byzantine=3)
