@@ -111,6 +111,14 @@ def check_problem(problem: Any, x: Any, y: Any, key: jax.Array) -> None:
 # --- derivative products -------------------------------------------------------------------
 
 
+def finite_sum(leaf: jax.Array) -> jax.Array:
+    """Whether ``leaf``'s entries are finite, read off their sum: it is non-finite iff some
+    entry is (or the sum overflows, |values| ~ 1e38), and unlike ``all(isfinite(.))`` it
+    needs no leaf-sized temporary on CPU. Summed in float32 at least: a float16 sum
+    overflows at 65504, which flagged finite float16 iterates."""
+    return jnp.isfinite(jnp.sum(leaf, dtype=jnp.promote_types(leaf.dtype, jnp.float32)))
+
+
 def hvp(fun: Callable[[Any], jax.Array], y: Any, v: Any) -> Any:
     """``H v`` for ``H = nabla^2 fun(y)``, forward-over-reverse (the lean mode in memory)."""
     return jax.jvp(jax.grad(fun), (y,), (v,))[1]

@@ -29,12 +29,13 @@ import numpy as np
 import optax
 from jax.experimental import io_callback
 
-from jaxopt_suite._checks import check_key
+from jaxopt_suite._checks import check_key, check_real
 from jaxopt_suite.bilevel import subspace
 from jaxopt_suite.bilevel.problem import (
     BilevelProblem,
     check_problem,
     cross_term,
+    finite_sum,
     grad_and_hvp,
     joint_vjp,
 )
@@ -102,12 +103,15 @@ Schedule = float | Callable[[jax.Array], jax.Array]
 
 
 def _schedule(name: str, value: Schedule) -> Callable[[jax.Array], jax.Array]:
+    """A constant step size (a positive number, also a traced one under ``jit`` or
+    ``vmap``, checked when concrete) or an optax schedule, as a schedule."""
     if callable(value):
         return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real | np.ndarray | jax.Array):
         raise TypeError(f"{name} must be a positive float or an optax schedule, got {value!r}")
-    if not float(value) > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if np.ndim(value) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
+    check_real(name, value, "be > 0", lambda v: v > 0.0)
     return lambda count: jnp.asarray(value)
 
 
@@ -149,9 +153,7 @@ def _nonfinite_bits(**trees: Any) -> jax.Array:
         leaves = jax.tree.leaves(tree)
         if not leaves:
             continue
-        # The sum is non-finite iff some entry is (or the sum overflows, |values| ~ 1e38);
-        # unlike all(isfinite(.)) it needs no leaf-sized temporary on CPU.
-        finite = jnp.all(jnp.stack([jnp.isfinite(jnp.sum(leaf)) for leaf in leaves]))
+        finite = jnp.all(jnp.stack([finite_sum(leaf) for leaf in leaves]))
         bits = bits | jnp.where(finite, 0, _VARIABLE_BITS[name]).astype(jnp.int32)
     return bits
 
@@ -521,6 +523,7 @@ def implicit_hypergradient(
     ``y_init`` (warm start); the hypergradient from jaxopt's ``custom_root`` with conjugate
     gradients on ``H_yy g`` (symmetric positive definite for a strongly convex ``g``).
     """
+    check_implicit_settings(inner_lr, inner_steps, cg_steps)
     implicit_diff, linear_solve = _jaxopt()
     g = problem.inner_loss
 
@@ -547,16 +550,23 @@ def implicit_hypergradient(
     return grad, jax.lax.stop_gradient(y_star), f_value
 
 
+def check_implicit_settings(inner_lr: Any, inner_steps: Any, cg_steps: Any) -> None:
+    """The inner solve's settings of :func:`implicit_hypergradient`: a finite step size
+    > 0 (a negative or NaN one diverged silently to ~1e20) and Python ints >= 1 (0 or fewer
+    inner steps gave a zero hypergradient)."""
+    check_real("inner_lr", inner_lr, "be finite and > 0", lambda v: 0.0 < v < np.inf)
+    for name, value in (("inner_steps", inner_steps), ("cg_steps", cg_steps)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a Python int >= 1, got {value!r}")
+
+
 def implicit_reference(
     *, inner_lr: float, inner_steps: int = 100, cg_steps: int = 100, outer: Any
 ) -> Solver:
     """The accuracy reference: each step solves the inner problem (warm-started gradient
     descent) and the linear system (CG) on its batches, then steps ``x`` with ``outer``."""
+    check_implicit_settings(inner_lr, inner_steps, cg_steps)
     inner_lr_value = float(inner_lr)
-    _schedule("inner_lr", inner_lr_value)
-    for name, value in (("inner_steps", inner_steps), ("cg_steps", cg_steps)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be a Python int >= 1, got {value!r}")
 
     def directions(problem, x, y, v, inner_batch, outer_batch, key, beta, gamma):
         del key, beta, gamma
@@ -673,7 +683,8 @@ def run(
     def go(state, batch_key):
         io_callback(clock.start, None, ordered=True)
         keys = jax.random.split(batch_key, num_steps)
-        main = keys[: segments * eval_every].reshape(segments, eval_every)
+        # raw uint32 keys carry a trailing axis of their own
+        main = keys[: segments * eval_every].reshape(segments, eval_every, *keys.shape[1:])
 
         def segment(state, seg_keys):
             state = advance(state, seg_keys)

@@ -76,8 +76,38 @@ def test_rank_larger_than_a_leaf():
     ],
 )
 def test_step_sizes_must_be_positive(make):
-    with pytest.raises(ValueError, match=r"(inner_lr|aux_lr|outer) must be > 0"):
+    with pytest.raises(ValueError, match=r"(inner_lr|aux_lr|outer) must be (finite and )?> 0"):
         make()
+
+
+def test_step_sizes_nan_arrays_and_traced():
+    with pytest.raises(ValueError, match="inner_lr must be > 0, got nan"):
+        bilevel.soba(inner_lr=float("nan"), outer=0.1)
+    with pytest.raises(ValueError, match=r"inner_lr must be a scalar, got shape \(2,\)"):
+        bilevel.soba(inner_lr=np.array([0.1, 0.2]), outer=0.1)
+    # a step size traced under vmap passes (its value is checked where it is concrete)
+    q = Quadratic()
+
+    def final_y(inner_lr):
+        solver = bilevel.soba(inner_lr=inner_lr, outer=0.1)
+        state = solver.init(q.problem, q.x0, q.y0, jax.random.key(0))
+        return solver.step(state, q.problem.sample(jax.random.key(1))).y["b"]
+
+    both = jax.vmap(final_y)(jnp.array([0.1, 0.2]))
+    np.testing.assert_allclose(both[1], final_y(0.2), rtol=1e-6)
+
+
+def test_implicit_settings_are_checked_where_they_are_used():
+    q = Quadratic()
+    batches = q.problem.sample(jax.random.key(0))
+    for settings, message in (
+        (dict(inner_lr=-0.1, inner_steps=5), "inner_lr must be finite and > 0"),
+        (dict(inner_lr=float("nan"), inner_steps=5), "inner_lr must be finite and > 0"),
+        (dict(inner_lr=0.1, inner_steps=0), "inner_steps must be a Python int >= 1"),
+        (dict(inner_lr=0.1, inner_steps=5, cg_steps=-3), "cg_steps must be a Python int >= 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            bilevel.implicit_hypergradient(q.problem, q.x0, q.y0, *batches, **settings)
 
 
 def test_other_bad_configs():
@@ -106,6 +136,26 @@ def test_run_checks_its_arguments():
         bilevel.run(q.problem, "soba", q.x0, q.y0, jax.random.key(0), 10)
     with pytest.raises(TypeError, match="problem must be a BilevelProblem"):
         solver.init(object(), q.x0, q.y0, jax.random.key(0))
+
+
+def test_run_takes_raw_keys_as_typed_ones():
+    q = Quadratic(noise=0.01)
+    solver = bilevel.soba(inner_lr=0.1, outer=0.05)
+    raw = bilevel.run(q.problem, solver, q.x0, q.y0, jax.random.PRNGKey(3), 12, eval_every=5)
+    typed = bilevel.run(
+        q.problem, solver, q.x0, q.y0, jax.random.wrap_key_data(jax.random.PRNGKey(3)), 12,
+        eval_every=5,
+    )  # fmt: skip
+    jax.tree.map(np.testing.assert_array_equal, raw.state.y, typed.state.y)
+
+
+def test_finite_check_of_float16_iterates_sums_in_float32():
+    from jaxopt_suite.bilevel.problem import finite_sum
+
+    big = jnp.full((2000,), 100.0, jnp.float16)  # finite, but sums past float16's 65504
+    assert bool(finite_sum(big))
+    assert not bool(finite_sum(big.at[3].set(jnp.inf)))
+    assert not bool(finite_sum(jnp.array([1.0, jnp.nan], jnp.float32)))
 
 
 def test_run_records_a_remainder_segment():

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from jaxopt_suite.bilevel.online.problem import OnlineBilevelProblem, check_online_problem
 from jaxopt_suite.bilevel.online.problem import _check_count as _count
-from jaxopt_suite.bilevel.problem import cross_term, hvp, joint_vjp
+from jaxopt_suite.bilevel.problem import cross_term, finite_sum, hvp, joint_vjp
 
 OK = 0
 _BITS = {"x": 1, "y": 2, "v": 4, "memory": 8}
@@ -228,7 +228,7 @@ def _finite_bits(**trees: Any) -> jax.Array:
     for name, tree in trees.items():
         leaves = jax.tree.leaves(tree)
         if leaves:
-            finite = jnp.all(jnp.stack([jnp.isfinite(jnp.sum(a)) for a in leaves]))
+            finite = jnp.all(jnp.stack([finite_sum(a) for a in leaves]))
             bits = bits | jnp.where(finite, 0, _BITS[name]).astype(jnp.int32)
     return bits
 

@@ -145,10 +145,9 @@ def implicit_oracle(
     as good as that inner solve; the regret it charges is labelled "estimated".
     """
     from jaxopt_suite.bilevel.problem import BilevelProblem
-    from jaxopt_suite.bilevel.solvers import implicit_hypergradient
+    from jaxopt_suite.bilevel.solvers import check_implicit_settings, implicit_hypergradient
 
-    _check_count("inner_steps", inner_steps)
-    _check_count("cg_steps", cg_steps)
+    check_implicit_settings(inner_lr, inner_steps, cg_steps)
     offline = BilevelProblem(problem.outer_loss, problem.inner_loss, _no_sampler, _no_sampler)
 
     def oracle(x, data, y_hint):
