@@ -628,13 +628,14 @@ def _warm_vector(name, value, size):
 
 
 def dual_bound(lp: LP, y: np.ndarray) -> tuple[float, np.ndarray]:
-    """``(bound, reduced costs)``: the Lagrangian lower bound of ``y`` (float64)."""
+    """``(bound, reduced costs)``: the Lagrangian lower bound of ``y`` (float64); ``-inf``
+    where ``y`` is not finite."""
     y = np.asarray(y, np.float64)
-    lam = lp.c - lp.A.T @ y
-    with np.errstate(invalid="ignore"):
-        rows = np.where(y > 0, y * lp.row_lower, np.where(y < 0, y * lp.row_upper, 0.0))
-        cols = np.where(lam > 0, lam * lp.var_lower, np.where(lam < 0, lam * lp.var_upper, 0.0))
-    return float(np.sum(rows) + np.sum(cols) + lp.objective_offset), lam
+    m = lp.A.shape[0]
+    if y.shape != (m,):
+        raise ValueError(f"y must have shape ({m},), got {y.shape}")
+    bounds, lam = _dual_bounds(lp, lp.c[None], lp.var_lower[None], lp.var_upper[None], y[None])
+    return float(bounds[0]), lam[0]
 
 
 def solve_lp(
@@ -710,13 +711,21 @@ def _batched_fields(data: _Data) -> dict:
     return {k: getattr(data, k) for k in _BATCHED_FIELDS}
 
 
-def _dual_bounds(lp: LP, costs, lower, upper, y) -> np.ndarray:
-    """:func:`dual_bound` for every instance of a batch (float64, vectorised)."""
+def _dual_bounds(lp: LP, costs, lower, upper, y) -> tuple[np.ndarray, np.ndarray]:
+    """``(bounds (B,), reduced costs (B, n))``: :func:`dual_bound` for every row of ``y``
+    ``(B, m)`` (float64, vectorised).
+
+    An infinite bound or row side enters only with the sign that makes its term ``-inf``,
+    so a bound can be ``+inf`` or NaN only through a non-finite ``y`` (a diverged iterate,
+    whose NaN entries would fail both sign tests and drop out) or an overflowing product:
+    such a bound is ``-inf``, never one that could lie above the optimum."""
     lam = costs - (lp.A.T @ y.T).T
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         rows = np.where(y > 0, y * lp.row_lower, np.where(y < 0, y * lp.row_upper, 0.0))
         cols = np.where(lam > 0, lam * lower, np.where(lam < 0, lam * upper, 0.0))
-    return rows.sum(axis=1) + cols.sum(axis=1) + lp.objective_offset
+        bounds = rows.sum(axis=1) + cols.sum(axis=1) + lp.objective_offset
+    finite = np.all(np.isfinite(y), axis=1) & np.all(np.isfinite(lam), axis=1)
+    return np.where(finite & (bounds < np.inf), bounds, -np.inf), lam
 
 
 def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
@@ -1002,7 +1011,7 @@ def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None)
         x=x,
         y=y,
         objective=np.einsum("bn,bn->b", costs, x) + lp.objective_offset,
-        dual_bound=_dual_bounds(lp, costs, lower, upper, y),
+        dual_bound=_dual_bounds(lp, costs, lower, upper, y)[0],
         status=np.asarray(status).reshape(-1),
         iterations=np.asarray(iterations).reshape(-1),
         residuals=np.asarray(residuals, np.float64).T,

@@ -108,9 +108,9 @@ class LP:
         if self.objective_sign not in (1, -1):
             raise ValueError(f"objective_sign must be 1 or -1, got {self.objective_sign!r}")
         if self.integer is None:
-            set_("integer", np.zeros(n, bool))
+            set_("integer", _frozen(np.zeros(n, bool)))
         else:
-            integer = np.asarray(self.integer, bool)
+            integer = _frozen(np.array(self.integer, bool))
             if integer.shape != (n,):
                 raise ValueError(f"integer must have shape ({n},), got {integer.shape}")
             set_("integer", integer)
@@ -149,8 +149,16 @@ def _label(kind: str, index: int, names: Sequence[str] | None) -> str:
     return f"{kind} {index}"
 
 
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """``array`` made read-only. Each LP owns copies of its data, so a caller that changes
+    its arrays afterwards, or writes into the LP's, cannot leave the per-matrix caches
+    (keyed on the LP) describing another problem."""
+    array.flags.writeable = False
+    return array
+
+
 def _vector(name: str, value: Any, size: int | None = None) -> np.ndarray:
-    array = np.asarray(value, np.float64)
+    array = np.array(value, np.float64)  # a copy
     if array.ndim == 0 and size is not None:
         array = np.full(size, float(array))
     if array.ndim != 1:
@@ -159,12 +167,12 @@ def _vector(name: str, value: Any, size: int | None = None) -> np.ndarray:
         raise ValueError(f"{name} has {array.shape[0]} entries, expected {size}")
     if np.any(np.isnan(array)):
         raise ValueError(f"{name} contains NaN at index {int(np.flatnonzero(np.isnan(array))[0])}")
-    return array
+    return _frozen(array)
 
 
 def _matrix(value: Any) -> sp.csr_array:
-    if sp.issparse(value):
-        matrix = sp.csr_array(value, dtype=np.float64)
+    if sp.issparse(value):  # a copy: summing duplicates below works in place
+        matrix = sp.csr_array(value, dtype=np.float64, copy=True)
     else:
         dense = np.asarray(value, np.float64)
         if dense.ndim != 2:
@@ -172,4 +180,6 @@ def _matrix(value: Any) -> sp.csr_array:
         matrix = sp.csr_array(dense)
     matrix.sum_duplicates()
     matrix.eliminate_zeros()
+    for part in (matrix.data, matrix.indices, matrix.indptr):
+        _frozen(part)
     return matrix

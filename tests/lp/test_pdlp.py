@@ -136,6 +136,18 @@ def test_safe_dual_bound_never_exceeds_the_optimum(seed, iterations):
     assert dual_bound(lp, y)[0] <= optimum + 1e-9 * (1 + abs(optimum))
 
 
+def test_dual_bound_of_a_non_finite_or_misshapen_y():
+    # optimum 1 at x = 1; NaN entries used to fail both sign tests and drop out (bound 0,
+    # or 2 here from a column y broadcast against the reduced costs)
+    lp = LP(np.array([1.0]), np.array([[1.0], [1.0]]), [1.0, 1.0], [np.inf] * 2, [0.0], [10.0])
+    assert dual_bound(lp, np.array([0.5, 0.5]))[0] == 1.0
+    for y in ([np.nan, 0.5], [np.inf, 0.0], [1e300, -1e300]):
+        bound, _ = dual_bound(lp, np.array(y))
+        assert bound == -np.inf, y
+    with pytest.raises(ValueError, match=r"y must have shape \(2,\), got \(2, 1\)"):
+        dual_bound(lp, np.array([[0.5], [0.5]]))
+
+
 def _perturbed_instances(lp, batch, columns, seed):
     """``(lower, upper, costs)`` of ``batch`` instances of ``lp``: the upper bounds of the
     first ``columns`` columns tightened (branch-and-bound style), the costs jittered."""
@@ -396,3 +408,23 @@ def test_preconditioning_is_computed_once_per_matrix():
     pdlp.clear_caches()
     cold = solve_lp(second)
     assert warm.objective == cold.objective and warm.iterations == cold.iterations
+
+
+def test_an_lp_owns_copies_of_its_data():
+    # changing the caller's array after a solve changed lp.c under the cached data: the
+    # second solve reported "optimal" at objective 5 where the problem's optimum is 2
+    c = np.array([1.0, 2.0])
+    lp = LP(c, [[1.0, 1.0]], [1.0], [np.inf], [0.0, 0.0], [10.0, 10.0])
+    first = solve_lp(lp)
+    c[0] = 5.0
+    np.testing.assert_array_equal(lp.c, [1.0, 2.0])
+    assert solve_lp(lp).objective == first.objective
+    with pytest.raises(ValueError, match="read-only"):
+        lp.c[0] = 5.0
+    with pytest.raises(ValueError, match="read-only"):
+        lp.A.data[0] = 5.0
+    # summing duplicate entries works on the LP's copy, not the caller's matrix
+    A = sp.csr_array((np.array([1.0, 0.0, 2.0]), np.array([0, 0, 1]), np.array([0, 3])), (1, 2))
+    lp = LP([1.0, 1.0], A, [1.0], [np.inf], [0.0, 0.0], [5.0, 5.0])
+    np.testing.assert_array_equal(A.data, [1.0, 0.0, 2.0])
+    np.testing.assert_array_equal(lp.A.toarray(), [[1.0, 2.0]])
