@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -54,13 +55,14 @@ def check_settings(
     positive: tuple[str, ...] = (),
     unit: tuple[str, ...] = (),
 ) -> None:
-    """The named fields of ``config``: integers >= 1, numbers >= 0, numbers > 0, numbers in
-    ``(0, 1]``; a ``ValueError`` naming the first that is not."""
+    """The named fields of ``config``: integers >= 1, finite numbers >= 0, finite numbers
+    > 0, numbers in ``(0, 1]``; a ``ValueError`` naming the first that is not (an infinite
+    step size, limit or penalty turns a training run into NaN, not into a limit case)."""
     for name in integers:
         check_integer(name, getattr(config, name), 1)
     for names, ok, expected in (
-        (nonnegative, lambda v: v >= 0, "be >= 0"),
-        (positive, lambda v: v > 0, "be > 0"),
+        (nonnegative, lambda v: 0 <= v < math.inf, "be finite and >= 0"),
+        (positive, lambda v: 0 < v < math.inf, "be finite and > 0"),
         (unit, lambda v: 0 < v <= 1, "lie in (0, 1]"),
     ):
         for name in names:

@@ -22,7 +22,6 @@ the running max cost appended).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -32,7 +31,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from envs import wrap_for_training
-from jaxopt_suite._checks import check_real, check_settings
+from jaxopt_suite._checks import check_settings
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_kl, gaussian_log_prob
 from jaxopt_suite.rl.rollout import (
@@ -110,10 +109,8 @@ class TrustRegionConfig:
             unit=("discount", "gae_lambda", "cost_discount", "cost_gae_lambda",
                   "backtrack_decay"),
         )  # fmt: skip
-        # the episode statistics compare against it and refuse an infinite limit
-        check_real(
-            "cost_limit", self.cost_limit, "be finite and >= 0", lambda v: 0.0 <= v < math.inf
-        )
+        if self.episode_length < 2:  # a one-step episode is all truncation: no returns
+            raise ValueError(f"episode_length must be >= 2, got {self.episode_length}")
         return self
 
 

@@ -28,7 +28,6 @@ multiplier weighs advantages of one scale.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -37,7 +36,7 @@ import jax.numpy as jnp
 import optax
 
 from envs import wrap_for_training
-from jaxopt_suite._checks import check_real, check_settings
+from jaxopt_suite._checks import check_settings
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_log_prob
 from jaxopt_suite.rl.rollout import EpisodeStats
@@ -111,10 +110,8 @@ class PPOLagrangianConfig:
             positive=("clip", "learning_rate"),
             unit=("discount", "gae_lambda", "cost_discount", "cost_gae_lambda"),
         )  # fmt: skip
-        # the episode statistics compare against it and refuse an infinite limit
-        check_real(
-            "cost_limit", self.cost_limit, "be finite and >= 0", lambda v: 0.0 <= v < math.inf
-        )
+        if self.episode_length < 2:  # a one-step episode is all truncation: no returns
+            raise ValueError(f"episode_length must be >= 2, got {self.episode_length}")
         return self
 
 

@@ -240,6 +240,13 @@ def _layout(tree) -> dict[str, list]:
     }
 
 
+def _key_words(key: jax.Array) -> list[int]:
+    """The words of a typed or raw PRNG key, as JSON stores them."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    return np.asarray(key).ravel().tolist()
+
+
 def _check_resumable(saved: dict, current: dict, directory: Path) -> None:
     """Raises a ``ValueError`` when the checkpoint's metadata ``saved`` was written by a
     trainer whose carry or metrics have other shapes than ``current``'s: first naming the
@@ -248,6 +255,12 @@ def _check_resumable(saved: dict, current: dict, directory: Path) -> None:
     written before the settings were recorded is not checked (orbax fails on a mismatch)."""
     if "settings" not in saved:
         return
+    if "key" in saved and saved["key"] != current["key"]:  # recorded since it was checked
+        raise ValueError(
+            f"the checkpoint in {directory} was written by a run from another key "
+            f"({saved['key']} there, {current['key']} here): resuming would continue that "
+            "run, not this one; resume with the same key, or train in another directory"
+        )
     advice = "resume with the same settings, or train in another directory"
     old, new = saved["settings"], current["settings"]
     # a setting one trainer names and the other does not is left to the layout below
@@ -289,7 +302,8 @@ def train_with_checkpoints(
     ``directory`` holds checkpoints, training resumes after the latest. The result equals
     an uninterrupted run's. A checkpoint written for other observation or action sizes, or
     by a trainer with another ``iterations`` or other :attr:`Trainer.settings` (e.g.
-    ``num_envs``, ``hidden``), or whose carry or metrics otherwise have other shapes, is
+    ``num_envs``, ``hidden``), or whose carry or metrics otherwise have other shapes, or
+    from another ``key`` (it would continue that run under this one's name), is
     refused with a ``ValueError`` naming what differs, before anything is restored
     (continuing a finished run to more iterations is not supported: the iteration keys are
     split for the whole run). The chunk is compiled once per ``(trainer, progress)``, so
@@ -320,6 +334,7 @@ def train_with_checkpoints(
                 {
                     "settings": {"iterations": trainer.iterations, **dict(trainer.settings)},
                     "layout": {"carry": _layout(carry), "metrics": _layout(metrics_shape)},
+                    "key": _key_words(key),
                 }
             )
         )

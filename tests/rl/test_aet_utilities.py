@@ -240,3 +240,13 @@ def test_initial_dual_starts_at_a_supergradient_or_the_kinks_middle(name):
         chex.assert_trees_all_close(mu, jax.grad(utility.value)(at), rtol=1e-5)
     else:  # kinked: the middle (sigmoid(0) = 1/2; softmax of two zeros = (1/2, 1/2))
         chex.assert_trees_all_close(mu, utility.weights * 0.5, rtol=1e-6)
+
+
+def test_a_utility_for_other_objectives_than_the_returns_is_refused():
+    # a one-weight utility's (1,) vectors stretched over two objectives without an error
+    returns = jnp.ones((4, 2))
+    for objective in (U.ser(U.nash_welfare(m=1)), U.esr(U.risk_averse(1.0, m=1))):
+        with pytest.raises(ValueError, match=r"is for 1 objectives, but the returns have 2"):
+            U.aet_value(objective, returns)
+    with pytest.raises(ValueError, match=r"utility is for 3 objectives, but the returns have 2"):
+        U.aet_value(U.ser(U.tchebycheff([0.2, 0.3, 0.5])), returns)

@@ -38,12 +38,19 @@ def test_ratio_and_conjugate_are_the_maximiser_and_maximum(divergence):
 def test_bad_config_raises():
     with pytest.raises(ValueError, match="divergence must be one of"):
         dice.DiceConfig(divergence="tv").checked()
-    with pytest.raises(ValueError, match="alpha must be > 0"):
+    with pytest.raises(ValueError, match="alpha must be finite and > 0"):
         dice.DiceConfig(alpha=0.0).checked()
-    with pytest.raises(ValueError, match="mass_learning_rate must be > 0"):
+    with pytest.raises(ValueError, match="mass_learning_rate must be finite and > 0"):
         dice.DiceConfig(mass_learning_rate=-1e-3).checked()
     with pytest.raises(ValueError, match="iterations must be an integer >= 1"):
         dice.DiceConfig(iterations=0).checked()
+    with pytest.raises(ValueError, match="policy_components must be an integer >= 1"):
+        dice.DiceConfig(policy_components=0).checked()
+    # infinite settings turned the losses into NaN
+    with pytest.raises(ValueError, match="alpha must be finite and > 0, got inf"):
+        dice.DiceConfig(alpha=float("inf")).checked()
+    with pytest.raises(ValueError, match="gradient_penalty must be finite and >= 0, got inf"):
+        dice.DiceConfig(gradient_penalty=float("inf")).checked()
     for fraction in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match=r"final_lr_fraction must be in \[0, 1\]"):
             dice.DiceConfig(final_lr_fraction=fraction).checked()

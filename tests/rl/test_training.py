@@ -108,6 +108,9 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
     resumed = train_with_checkpoints(trainer, key, tmp_path, every=3)
     for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(reference), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # a run from another key refuses the directory (it returned the first key's run)
+    with pytest.raises(ValueError, match=r"written by a run from another key \(\[0, 1\] there"):
+        train_with_checkpoints(trainer, jax.random.key(2), tmp_path, every=3)
     # a trainer with another observation size refuses the directory
     wider = envs.MaxCostWrapper(envs.make("point_goal_hazards"))
     with pytest.raises(ValueError, match="observation or action sizes do not match"):
@@ -183,13 +186,13 @@ def test_the_certificate_and_bad_input(env):
     for k in (-7.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=r"k=.* must be finite and >= 0"):
             ascpo.certificate(k)
-    with pytest.raises(ValueError, match="cost_limit must be >= 0"):
+    with pytest.raises(ValueError, match="cost_limit must be finite and >= 0"):
         make_train(dataclasses.replace(CONFIG, cost_limit=-1.0), env)
-    with pytest.raises(ValueError, match="k must be >= 0"):
+    with pytest.raises(ValueError, match="k must be finite and >= 0"):
         make_train(dataclasses.replace(CONFIG, k=-2.0), env)
     with pytest.raises(ValueError, match="algorithm must be one of"):
         make_train(dataclasses.replace(CONFIG, algorithm="trpo"), env)
-    with pytest.raises(ValueError, match="cost_limit must be >= 0"):
+    with pytest.raises(ValueError, match="cost_limit must be finite and >= 0"):
         make_ppo_train(PPOLagrangianConfig(cost_limit=-0.1), env)
     # an infinite limit fails at the configuration, not later while the update is traced
     with pytest.raises(ValueError, match="cost_limit must be finite and >= 0, got inf"):
@@ -198,6 +201,17 @@ def test_the_certificate_and_bad_input(env):
         make_ppo_train(PPOLagrangianConfig(cost_limit=float("inf")), env)
     with pytest.raises(ValueError, match="lagrange_optimizer must be one of"):
         make_ppo_train(PPOLagrangianConfig(lagrange_optimizer="rmsprop"), env)
+    # infinite settings and one-step episodes trained into NaN without an error
+    with pytest.raises(ValueError, match="k must be finite and >= 0, got inf"):
+        make_train(dataclasses.replace(CONFIG, k=float("inf")), env)
+    with pytest.raises(ValueError, match="critic_learning_rate must be finite and > 0, got inf"):
+        make_train(dataclasses.replace(CONFIG, critic_learning_rate=float("inf")), env)
+    with pytest.raises(ValueError, match="lagrange_init must be finite and >= 0, got inf"):
+        make_ppo_train(PPOLagrangianConfig(lagrange_init=float("inf")), env)
+    with pytest.raises(ValueError, match="episode_length must be >= 2, got 1"):
+        make_train(dataclasses.replace(CONFIG, episode_length=1, unroll_length=4), env)
+    with pytest.raises(ValueError, match="episode_length must be >= 2, got 1"):
+        make_ppo_train(PPOLagrangianConfig(episode_length=1, unroll_length=4, minibatches=1), env)
     with pytest.raises(ValueError, match="must carry a MaxCostWrapper"):
         make_train(CONFIG, envs.make("point_goal_hazards", max_cost=False))
     with pytest.raises(ValueError, match="every must be an integer >= 1"):

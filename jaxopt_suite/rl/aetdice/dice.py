@@ -164,7 +164,7 @@ class DiceConfig:
             raise ValueError(f"divergence must be one of {DIVERGENCES}, got {self.divergence!r}")
         check_settings(
             self,
-            integers=("iterations", "batch_size"),
+            integers=("iterations", "batch_size", "policy_components"),
             nonnegative=("gradient_penalty",),
             positive=("alpha", "learning_rate", "dual_learning_rate", "mass_learning_rate"),
         )

@@ -90,7 +90,14 @@ def _per_objective(value, m: int, name: str) -> jax.Array:
 
 
 def _like(vector: jax.Array, returns: jax.Array) -> jax.Array:
-    """``vector (m,)`` broadcast to ``returns (..., m)`` explicitly (no rank promotion)."""
+    """``vector (m,)`` broadcast to ``returns (..., m)`` explicitly (no rank promotion); a
+    ``ValueError`` unless both have ``m`` objectives (a one-objective utility's ``(1,)``
+    would otherwise stretch over any number)."""
+    if jnp.shape(returns)[-1:] != jnp.shape(vector):
+        raise ValueError(
+            f"the utility is for {jnp.shape(vector)[0]} objectives, but the returns have "
+            f"{jnp.shape(returns)[-1] if jnp.ndim(returns) else 0} (shape {jnp.shape(returns)})"
+        )
     return jnp.broadcast_to(vector, returns.shape)
 
 
