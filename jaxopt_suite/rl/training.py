@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxopt_suite._checks import check_integer
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy
 from jaxopt_suite.rl.normalization import RunningStats, init_stats, update_stats
@@ -404,6 +405,9 @@ def evaluate(
     limit)."""
     from envs import wrap_for_training
 
+    # no rollouts would read as no violations
+    check_integer("num_envs", num_envs, 1)
+    check_integer("episode_length", episode_length, 1)
     train_env = wrap_for_training(env, episode_length=episode_length)
     policy = GaussianPolicy(env.action_size, hidden)
     k_reset, k_roll = jax.random.split(key)

@@ -144,6 +144,8 @@ def test_markov_policy_extraction_clones_the_ratios_onto_the_observation():
         envs.BalanceTask(slip=SLIP), policy, objective, jax.random.key(4), episodes=2000
     )
     assert value >= 0.95 * best
+    with pytest.raises(ValueError, match="episodes must be an integer >= 1, got 0"):
+        A.evaluate(envs.BalanceTask(slip=SLIP), policy, objective, jax.random.key(4), episodes=0)
 
 
 def test_evaluation_randomises_only_where_the_first_batch_shows_it_pays():

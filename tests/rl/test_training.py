@@ -212,6 +212,9 @@ def test_the_certificate_and_bad_input(env):
         make_train(dataclasses.replace(CONFIG, episode_length=1, unroll_length=4), env)
     with pytest.raises(ValueError, match="episode_length must be >= 2, got 1"):
         make_ppo_train(PPOLagrangianConfig(episode_length=1, unroll_length=4, minibatches=1), env)
+    # evaluating no rollouts reported a violation rate of 0
+    with pytest.raises(ValueError, match="num_envs must be an integer >= 1, got 0"):
+        evaluate(env, None, jax.random.key(0), num_envs=0, episode_length=5, cost_limit=0.1)
     with pytest.raises(ValueError, match="must carry a MaxCostWrapper"):
         make_train(CONFIG, envs.make("point_goal_hazards", max_cost=False))
     with pytest.raises(ValueError, match="every must be an integer >= 1"):

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxopt_suite._checks import check_integer
 from jaxopt_suite.rl.aetdice.dice import (
     DiceConfig,
     DiceData,
@@ -328,6 +329,7 @@ def evaluate(env, policy: TrainedPolicy, objective, key: jax.Array, *, episodes:
     """
     from jaxopt_suite.rl.aetdice.utilities import aet_value
 
+    check_integer("episodes", episodes, 1)
     k_select, k_measure = jax.random.split(key)
     scores = {
         mode: float(
