@@ -53,6 +53,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from jaxopt_suite._checks import check_real
 from jaxopt_suite.lp import (
     LP,
     LPOptions,
@@ -70,7 +71,7 @@ from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
 
 
 class MIPStatus(enum.IntEnum):
-    OPTIMAL = 0  # gap within the tolerances
+    OPTIMAL = 0  # gap within the tolerances (the node tolerance only for an unpolished point)
     INFEASIBLE = 1
     UNBOUNDED = 2
     NODE_LIMIT = 3
@@ -195,7 +196,9 @@ class _Store:
         return gone.tolist()
 
     def select(self, k: int, dive: int) -> list[int]:
-        """Up to ``k`` open nodes: ``dive`` newest, the rest by best bound."""
+        """Up to ``k`` open nodes: ``dive`` newest (at most ``k``), the rest by best
+        bound."""
+        dive = min(dive, k)
         idx = np.flatnonzero(self.open)
         if idx.size <= k:
             return idx.tolist()
@@ -223,6 +226,9 @@ def sos2_structure(lam: np.ndarray, tolerance: float):
     """For a ``(S, W)`` lambda table: ``first, last`` nonzero position per set (``-1`` if
     none), the best adjacent pair ``k`` (columns ``k, k+1``) by mass, and the mass outside
     that pair (the set's SOS2 violation)."""
+    if lam.shape[0] == 0:  # a model without PWL terms
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, np.zeros(0)
     nz = lam > tolerance
     has = nz.any(axis=1)
     width = lam.shape[1]
@@ -303,6 +309,14 @@ def _check_options(options: PWLOptions) -> None:
         )
     if int(options.evaluations) < 1:
         raise ValueError(f"evaluations must be >= 1, got {options.evaluations}")
+    # lambdas are convex weights in [0, 1]: at a tolerance of 1 or more every one counts as
+    # zero (NaN: every comparison is false), and no point is ever branched on
+    check_real("sos2_tolerance", options.sos2_tolerance, "lie in [0, 1)", lambda v: 0 <= v < 1)
+    if options.polish_tolerance is not None:
+        check_real(
+            "polish_tolerance", options.polish_tolerance, "be finite and > 0",
+            lambda v: 0 < v < math.inf,
+        )  # fmt: skip
 
 
 def resolve_options(options: PWLOptions) -> PWLOptions:
@@ -371,10 +385,13 @@ class _Solver:
         self.warm_id = 0
         self.incumbent = math.inf  # minimisation form
         self.incumbent_x: np.ndarray | None = None
+        # the incumbent as reported (_report): LP point, model values, violation
+        self.incumbent_report: tuple[np.ndarray, np.ndarray, float] | None = None
         self.history: list[tuple[float, int, float, float]] = []
         self.first_time = math.nan
         self.nodes = 0
         self.unresolved: list[float] = []  # bounds of leaves whose LP never finished
+        self.store_full = False  # a node's children found no room (PWLOptions.capacity)
         # smallest bound of a node closed by the cutoff or by its own optimum: the search
         # proves nothing tighter for those subtrees (the cutoff sits a gap below the
         # incumbent), so the reported bound never exceeds it
@@ -438,25 +455,28 @@ class _Solver:
 
     def _polish(self, lo, hi, x: np.ndarray, y: np.ndarray | None):
         """Solves the LP with only the lambda intervals ``[lo, hi]`` (pairs) allowed, to
-        ``polish_tolerance``, warm started from ``(x, y)``: ``("optimal", objective, x)``,
-        ``("infeasible", ...)`` when a dual ray proves ``x`` was no PWL point, or
-        ``("unfinished", ...)`` (time or iteration limit)."""
+        ``polish_tolerance``, warm started from ``(x, y)``: ``("optimal", objective, x,
+        bound)`` with the safe dual bound of that LP, ``("infeasible", ...)`` when a dual
+        ray proves ``x`` was no PWL point, or ``("unfinished", ...)`` (time or iteration
+        limit)."""
         lower, upper = self._bounds(lo, hi)
         lp = self.lp
         restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset)
         y0 = np.zeros(lp.num_rows) if y is None else y
         sol = solve_lp(restricted, self.polish_options(), warm_start=(np.clip(x, lower, upper), y0))
         if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
-            return "optimal", float(sol.objective), sol.x
+            return "optimal", float(sol.objective), sol.x, float(sol.dual_bound)
         if sol.status == Status.PRIMAL_INFEASIBLE:
-            return "infeasible", math.nan, None
-        return "unfinished", math.nan, None
+            return "infeasible", math.nan, None, -math.inf
+        return "unfinished", math.nan, None, -math.inf
 
     def _offer(
         self, lo, hi, x: np.ndarray, y: np.ndarray | None, objective: float, elapsed: float
-    ) -> str:
+    ) -> tuple[str, float]:
         """Polishes the candidate ``x`` of intervals ``[lo, hi]`` (pairs; LP objective
-        ``objective``) and keeps it if it beats the incumbent: ``"accepted"``.
+        ``objective``) and keeps it if it beats the incumbent: ``"accepted"``, with the
+        polished LP's safe dual bound (a bound on the box ``[lo, hi]``; ``-inf`` with the
+        other verdicts).
         ``"rejected"`` when the polished LP is infeasible (``x`` was no PWL point).
         ``"fallback"`` when the polish runs out of time: the candidate is kept, feasible to
         the node tolerance only, as the answer if no polished one turns up
@@ -464,9 +484,9 @@ class _Solver:
         polishing stops (the LPs of this model are too slow for it)."""
         state = "unfinished"
         if self.polish_failures < 2:
-            state, polished_objective, polished_x = self._polish(lo, hi, x, y)
+            state, polished_objective, polished_x, box_bound = self._polish(lo, hi, x, y)
         if state == "infeasible":
-            return "rejected"
+            return "rejected", -math.inf
         if state != "optimal":
             # feasible only to the node tolerance: kept as a fallback answer, never used to
             # prune (an objective a little below the true one would cut off the optimum)
@@ -475,11 +495,15 @@ class _Solver:
                 self.fallback = (float(objective), x.copy())
                 if math.isnan(self.first_time):
                     self.first_time = elapsed
-            return "fallback"
-        objective, x = polished_objective, polished_x
+            return "fallback", -math.inf
+        # the incumbent's value is that of the point that would be reported, so that the
+        # gap the search closes is the gap reported (the polished LP's own objective can
+        # differ from it by the LP tolerance)
+        lp_x, values, violation, objective = self._report(polished_x)
         if not objective < self.incumbent:
-            return "accepted"
-        self.incumbent, self.incumbent_x = float(objective), x.copy()
+            return "accepted", box_bound
+        self.incumbent, self.incumbent_x = objective, lp_x.copy()
+        self.incumbent_report = (lp_x.copy(), values, violation)
         if math.isnan(self.first_time):
             self.first_time = elapsed
         bound = self.bound(self.running)
@@ -487,7 +511,7 @@ class _Solver:
         for i in self.store.prune_above(self._cutoff()):
             self.closed = min(self.closed, float(self.store.bound[i]))
             self._take_warm(int(self.store.warm[i]))  # releases its share
-        return "accepted"
+        return "accepted", box_bound
 
     def _cutoff(self) -> float:
         if not math.isfinite(self.incumbent):
@@ -729,7 +753,8 @@ class _Solver:
             if opts.time_limit is not None and elapsed >= opts.time_limit:
                 status = MIPStatus.TIME_LIMIT
                 break
-            if self.nodes >= opts.node_limit and not _node_bounds(slots):
+            # (a tree explored to its last node exactly at the limit is complete)
+            if self.nodes >= opts.node_limit and not _node_bounds(slots) and self.store.count():
                 status = MIPStatus.NODE_LIMIT
                 break
             if opts.progress and elapsed - last_print >= opts.progress_every:
@@ -785,6 +810,7 @@ class _Solver:
             objective = lp.objective(point)
             if search.polished:
                 self.incumbent, self.incumbent_x = objective, point.copy()
+                self.incumbent_report = None  # reported as found (_solution)
             else:
                 self.fallback = (objective, point.copy())
             self.first_time = elapsed + search.first_incumbent_time
@@ -891,12 +917,25 @@ class _Solver:
         if st == Status.OPTIMAL and finite and not np.any(branchable):
             # the point looks SOS2-feasible: its polished LP decides
             lo, hi = (job.lo, job.hi) if leaf else self._candidate_intervals(x, job.lo, job.hi)
-            verdict = self._offer(lo, hi, x, y, float(sol.objective[row]), elapsed)
-            if verdict == "accepted" and (leaf or bool(np.all(hi - lo <= 1))):
+            verdict, box_bound = self._offer(lo, hi, x, y, float(sol.objective[row]), elapsed)
+            if verdict == "accepted" and leaf:
+                bound = max(bound, box_bound)  # the polished LP is this node's, tighter
+            # The node is settled only if its bound is within the gap tolerances of the
+            # incumbent (as a pruned node's): an inexact node LP may look SOS2-feasible in
+            # pairs that hold a worse point than the node's optimum, in others.
+            if (
+                verdict == "accepted"
+                and (leaf or bool(np.all(hi - lo <= 1)))
+                and bound >= self._cutoff()
+            ):
                 self.closed = min(self.closed, bound)
-                return None  # the node's optimum is that point (to the LP tolerance)
+                return None  # the node's optimum is that point (to the gap tolerances)
             if leaf:
-                return None  # infeasible, or its answer kept as the fallback
+                if verdict == "accepted":
+                    self.unresolved.append(bound)  # its polished LP is not tight enough
+                elif verdict == "fallback":  # its optimum, to the node tolerance only
+                    self.closed = min(self.closed, bound)
+                return None  # "rejected": the leaf holds no PWL point
             branchable = np.zeros(self.S, bool)  # fall through to a middle split
         elif leaf:
             if st != Status.OPTIMAL:
@@ -917,6 +956,7 @@ class _Solver:
             self.store.push(right_lo, job.hi, bound, job.depth + 1, warm)
         except _StoreFull:
             self.unresolved.append(bound)
+            self.store_full = True
             return MIPStatus.NODE_LIMIT
         # heuristics from this node's point
         if (
@@ -950,6 +990,25 @@ class _Solver:
             return lp_x
         return repair_rows(lp.A, lp.row_lower, lp.row_upper, lower, upper, lp_x)[0]
 
+    def _report(self, lp_x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """``(LP point, model values, violation, objective in minimisation form)`` of the
+        point reported for the LP point ``lp_x``: of ``lp_x`` repaired onto its rows within
+        its SOS2 pairs, ``lp_x`` itself, and ``lp_x`` with ``z = f(x)`` exactly, those the
+        model's own check finds least violated (to 1e-9: rounding), and of them the best by
+        the objective evaluated on the model."""
+        repaired = self._repaired(lp_x)
+        points = [(p, self.compiled.model_values(p)) for p in (repaired, lp_x)]
+        points.append((lp_x, self.model.snap(points[1][1])))
+        checked = [(pair, self.model.check(pair[1])) for pair in points]
+        least = min(violation for _, violation in checked)
+        admitted = [item for item in checked if item[1] <= max(least, 1e-9)] or checked[:1]
+        scored = [
+            (self.sign * self.model.objective_value(pair[1]), pair, violation)
+            for pair, violation in admitted
+        ]
+        objective, (point, values), violation = min(scored, key=lambda item: item[0])
+        return point, values, violation, objective
+
     def _solution(
         self, status: MIPStatus, bound: float, elapsed: float, rounds: int
     ) -> MIPSolution:
@@ -958,16 +1017,10 @@ class _Solver:
             (inc, lp_x), polished = self.fallback, False
         violation = math.nan
         if math.isfinite(inc):
-            # the LP point repaired onto its rows within its SOS2 pairs, the LP point, or
-            # the LP point with z = f(x) exactly: whichever the model's own check finds
-            # least violated; its objective is evaluated on the model
-            repaired = self._repaired(lp_x)
-            points = [(p, self.compiled.model_values(p)) for p in (repaired, lp_x)]
-            points.append((lp_x, self.model.snap(points[1][1])))
-            (lp_x, x), violation = min(
-                ((pair, self.model.check(pair[1])) for pair in points),
-                key=lambda item: item[1],
-            )
+            if polished and self.incumbent_report is not None:
+                lp_x, x, violation = self.incumbent_report
+            else:  # a fallback, or the point of a feasibility search
+                lp_x, x, violation, _ = self._report(lp_x)
             objective = self.model.objective_value(x)
             inc = self.sign * objective
             gap = max(inc - bound, 0.0) / max(abs(inc), 1e-9)
@@ -987,12 +1040,24 @@ class _Solver:
             )
         elif status in (MIPStatus.NODE_LIMIT, MIPStatus.TIME_LIMIT) and not math.isfinite(inc):
             message += "; no feasible point found"
-        if not polished and math.isfinite(inc):
+        if not polished and math.isfinite(inc) and status == MIPStatus.OPTIMAL:
+            # the gap tolerances were never checked against an unpolished point's value
+            message = (
+                f"search complete, optimal to the node LPs' tolerance only (gap {gap:.1e}): "
+                "the polishing LP did not finish, so the point comes from a node LP "
+                f"(largest relative model violation {violation:.1e})"
+            )
+        elif not polished and math.isfinite(inc):
             message += (
                 "; its polishing LP did not finish, so the point comes from a node LP "
                 f"(largest relative model violation {violation:.1e})"
             )
-        if self.unresolved and status == MIPStatus.NODE_LIMIT:
+        if self.store_full and status == MIPStatus.NODE_LIMIT:
+            message = (
+                f"the node store is full (capacity {self.options.capacity}: raise "
+                "PWLOptions.capacity); the bound keeps the bounds of the nodes not explored"
+            )
+        elif self.unresolved and status == MIPStatus.NODE_LIMIT:
             message = (
                 f"{len(self.unresolved)} leaf LPs stopped before their tolerance (raise "
                 "lp.max_iterations); the bound keeps their safe dual bounds"

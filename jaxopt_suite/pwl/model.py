@@ -392,6 +392,8 @@ class PWLModel:
             )
         objective = data["objective"]
         terms = linear(objective["terms"], "objective")
+        if objective["sense"] not in ("min", "max"):
+            raise ValueError(f"objective sense must be 'min' or 'max', got {objective['sense']!r}")
         if objective["sense"] == "max":
             model.maximize(terms, objective.get("constant", 0.0))
         else:
@@ -516,6 +518,14 @@ class PWLModel:
                 c[starts[alias] : starts[alias] + t.segments + 1] += sign * coef * t.values
         lower = np.concatenate([np.asarray(self._lower)[keep], np.zeros(n - num_vars)])
         upper = np.concatenate([np.asarray(self._upper)[keep], np.ones(n - num_vars)])
+        # The link rows confine each PWL argument to its breakpoints; its column bounds say
+        # so too, or an unbounded argument leaves every safe dual bound at -inf (nothing is
+        # pruned). An empty intersection is left to the LP, which finds it infeasible.
+        for t in self._terms:
+            j = col_of[t.x.index]
+            lo, hi = max(lower[j], t.breakpoints[0]), min(upper[j], t.breakpoints[-1])
+            if lo <= hi:
+                lower[j], upper[j] = lo, hi
         names = [self._names[i] for i in keep]
         col_names = names + [
             f"lambda[{t.name}][{k}]" for t in self._terms for k in range(t.segments + 1)

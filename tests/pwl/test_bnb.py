@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
+from jaxopt_suite.lp import LPOptions
 from jaxopt_suite.pwl import MIPStatus, PWLModel, PWLOptions, solve_pwl
 from jaxopt_suite.pwl.bnb import sos2_structure, split_index
 
@@ -99,13 +100,26 @@ def evaluate(model, x):
     return float(total), float(worst)
 
 
+def assert_gap_closed(sol, options=None):
+    """An OPTIMAL status means the reported point and bound are within the tolerances
+    (for a polished point: an unpolished one is optimal to the node tolerance only)."""
+    options = PWLOptions() if options is None else options
+    assert sol.status == MIPStatus.OPTIMAL, sol.message
+    assert math.isfinite(sol.bound)
+    if not sol.polished:
+        return
+    assert sol.gap <= options.relative_gap or abs(sol.objective - sol.bound) <= (
+        options.absolute_gap
+    ), (sol.objective, sol.bound, sol.gap)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_matches_brute_force(seed, batch_size):
     model = random_model(seed)
     sol = solve_pwl(model, PWLOptions(batch_size=batch_size))
     exact = brute_force(model)
-    assert sol.status == MIPStatus.OPTIMAL, sol.message
+    assert_gap_closed(sol)
     assert abs(sol.objective - exact) <= 1e-4 * max(1.0, abs(exact))
     assert sol.bound <= sol.objective + 1e-9
     # the returned point is checked on the model: the LP point repaired onto its rows
@@ -287,15 +301,85 @@ def test_pruning_never_removes_the_optimum(seed):
     if not math.isfinite(exact):
         assert sol.status == MIPStatus.INFEASIBLE
         return
-    assert sol.status == MIPStatus.OPTIMAL
+    assert_gap_closed(sol)
     assert abs(sol.objective - exact) <= 1e-4 * max(1.0, abs(exact))
     assert sol.bound <= exact + 1e-4 * max(1.0, abs(exact))
+
+
+def test_loose_node_lps_do_not_close_nodes_short_of_the_gap():
+    # node LPs at 1e-2 looked SOS2-feasible in pairs worse than the nodes' optima: the nodes
+    # were closed with their loose bounds and the solve said OPTIMAL at a gap of 9e-4
+    m = PWLModel()
+    x, y = m.add_variable(0.0, 10.0, name="x"), m.add_variable(0.0, 10.0, name="y")
+    zx = m.add_pwl(x, [0, 2, 5, 7, 10], [0, 4, 1, 6, 2])
+    zy = m.add_pwl(y, [0, 3, 6, 10], [5, 0, 6, 1])
+    m.add_constraint({x: 1.0, y: 1.0}, upper=11.0)
+    m.maximize({zx: 1.0, zy: 1.0})
+    options = PWLOptions(batch_size=4, lp=LPOptions(tolerance=1e-2))
+    sol = solve_pwl(m, options)
+    assert_gap_closed(sol, options)
+    assert abs(sol.objective - brute_force(m)) <= 1e-4 * abs(sol.objective)
+
+
+def test_an_unbounded_pwl_argument_is_confined_to_its_breakpoints():
+    # the argument's column kept its infinite bounds: every safe dual bound was -inf
+    m = PWLModel()
+    x = m.add_variable(-math.inf, math.inf, name="x")
+    z = m.add_pwl(x, [0.0, 1.0, 2.0, 3.0], [2.0, 0.0, 1.0, -1.0])
+    m.minimize({z: 1.0})
+    lp = m.compile().lp  # column 0 is x
+    assert (lp.var_lower[0], lp.var_upper[0]) == (0.0, 3.0)
+    sol = solve_pwl(m, PWLOptions(batch_size=4))
+    assert_gap_closed(sol)
+    assert sol.objective == pytest.approx(-1.0) and sol.bound == pytest.approx(-1.0)
+
+
+def test_a_model_without_pwl_terms_is_an_lp():
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0, name="x")
+    m.add_constraint({x: 1.0}, lower=2.0)
+    m.minimize({x: 1.0})
+    sol = solve_pwl(m, PWLOptions(batch_size=4))
+    assert_gap_closed(sol)
+    assert sol.objective == pytest.approx(2.0, rel=1e-5)
+
+
+def test_node_limits_are_kept_and_a_tree_finished_at_the_limit_is_complete():
+    model = random_model(5, functions=3, segments=16)
+    for dive in (0.25, 1.0):  # the dive's share could exceed the nodes left to take
+        sol = solve_pwl(model, PWLOptions(batch_size=64, node_limit=10, dive_fraction=dive))
+        assert sol.nodes <= 10, (dive, sol.nodes)
+    # three nodes prove infeasibility; a limit of three must not call that NODE_LIMIT
+    m = PWLModel()
+    x = m.add_variable(3.0, 7.0, name="x")
+    z = m.add_pwl(x, [0.0, 5.0, 10.0], [10.0, 0.0, 10.0])
+    m.add_constraint({z: 1.0}, lower=8.0)
+    m.minimize({x: 1.0})
+    full = solve_pwl(m, PWLOptions(batch_size=4))
+    assert full.status == MIPStatus.INFEASIBLE
+    at_limit = solve_pwl(m, PWLOptions(batch_size=4, node_limit=full.nodes))
+    assert at_limit.status == MIPStatus.INFEASIBLE, at_limit.message
+
+
+def test_a_full_node_store_says_so():
+    m = PWLModel()
+    x, y = m.add_variable(0.0, 8.0, name="x"), m.add_variable(0.0, 8.0, name="y")
+    z = m.add_pwl(x, np.arange(9.0), [0, 5, 0, 5, 0, 5, 0, 5, 0])
+    w = m.add_pwl(y, np.arange(9.0), [5, 0, 5, 0, 5, 0, 5, 0, 5])
+    m.add_constraint({x: 1.0, y: 1.0}, lower=7.5, upper=7.5)
+    m.maximize({z: 1.0, w: 1.0, x: 0.01})
+    sol = solve_pwl(m, PWLOptions(batch_size=2, capacity=2, pump=False, repair="off"))
+    assert sol.status == MIPStatus.NODE_LIMIT
+    assert "node store is full (capacity 2" in sol.message
 
 
 def test_options_are_checked():
     model = random_model(0)
     for bad, match in (
         (PWLOptions(batch_size=0), "batch_size must be >= 1"),
+        (PWLOptions(sos2_tolerance=float("nan")), r"sos2_tolerance must lie in \[0, 1\)"),
+        (PWLOptions(sos2_tolerance=1.0), r"sos2_tolerance must lie in \[0, 1\)"),
+        (PWLOptions(polish_tolerance=-1.0), "polish_tolerance must be finite and > 0"),
         (PWLOptions(split="left"), "split must be"),
         (PWLOptions(repair="always"), "repair must be"),
         (PWLOptions(time_limit=0.0), "time_limit must be > 0"),

@@ -126,6 +126,11 @@ def test_dict_round_trip_rebuilds_the_same_lp():
     assert a.objective_offset == b.objective_offset and a.col_names == b.col_names
     with pytest.raises(ValueError, match="not a PWL model description"):
         PWLModel.from_dict({"format": "other"})
+    # any sense but "max" used to minimise
+    data = m.to_dict()
+    data["objective"]["sense"] = "maximize"
+    with pytest.raises(ValueError, match="objective sense must be 'min' or 'max', got 'maximize'"):
+        PWLModel.from_dict(data)
 
 
 def test_names_are_unique_and_vars_belong_to_their_model():
