@@ -214,9 +214,18 @@ def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterat
     ``None``)."""
     iterations = _check_centered_clipping(tau, iterations)
     M, unravel = stack(updates)
+    if center is not None:  # ravelled, another layout of as many entries would pass
+        same = jax.tree.structure(center) == jax.tree.structure(updates) and all(
+            jnp.shape(c) == jnp.shape(u)[1:]
+            for c, u in zip(jax.tree.leaves(center), jax.tree.leaves(updates), strict=True)
+        )
+        if not same:
+            raise ValueError(
+                "center must have the structure and leaf shapes of one update, got "
+                f"{jax.tree.map(jnp.shape, center)} for updates of "
+                f"{jax.tree.map(lambda u: jnp.shape(u)[1:], updates)}"
+            )
     v = jnp.zeros(M.shape[1], M.dtype) if center is None else ravel_pytree(center)[0]
-    if v.shape != (M.shape[1],):
-        raise ValueError(f"center must have the shape of one update ({M.shape[1]} entries)")
 
     finite = jnp.all(jnp.isfinite(M), axis=1, keepdims=True)
 

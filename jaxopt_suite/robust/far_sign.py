@@ -191,12 +191,19 @@ def worker_bits_zo(
     """A zeroth-order worker's message: ``sign((f(x + delta u_k) - f(x - delta u_k)) /
     (2 delta) - r_k)``, ``2K`` evaluations of ``value_fn`` (the central differences of
     :mod:`jaxopt_suite.zeroth_order`)."""
+    check_smoothing(smoothing)
     flat, unravel = flat_view(params)
     basis = jax.vmap(lambda row: direction(d, row, flat.shape[0]))(d.rows)  # (K, D)
     differences, _ = directional_differences(
         value_fn, params, flat_plus(unravel, flat), basis, smoothing, antithetic=True
     )
     return signs_of(differences - residual)
+
+
+def check_smoothing(smoothing) -> None:
+    """The zeroth-order difference step must be finite and > 0: at 0 every difference is
+    0 / 0, whose sign bit is -1, and the parameters drift in one fixed direction."""
+    check_real("smoothing", smoothing, "be finite and > 0", lambda v: 0.0 < v < math.inf)
 
 
 def default_schedules(alpha: float, beta: float, t0: float = 1000.0) -> tuple[Schedule, Schedule]:
@@ -331,6 +338,11 @@ def server_step(
     behind the screen, which needs a state from ``server_init(params, num_workers)`` and
     the sender's index ``worker``."""
     if screen is None:
+        if state.screen is not None:  # a screen set up but no threshold: never consulted
+            raise ValueError(
+                "the state has a screen (server_init with num_workers): pass its threshold "
+                "screen, or a state from server_init(params)"
+            )
         state = track(state, d, bits, beta)
     else:
         kappa = check_screen(screen)
@@ -339,6 +351,10 @@ def server_step(
                 "screen needs a state from server_init(params, num_workers) and the "
                 "sender's index worker"
             )
+        n = state.screen.counts.shape[0]
+        if not isinstance(worker, jax.core.Tracer) and not 0 <= int(worker) < n:
+            # out of range, .at[] would drop the message and clamp the admission lookup
+            raise ValueError(f"worker must lie in [0, {n}) for this state, got {worker!r}")
         state = screened_track(state, d, bits, beta, worker, kappa)
     flat, unravel = ravel_pytree(params)
     flat = flat - (alpha * subspace_step(state.tracker, d))[: flat.shape[0]].astype(flat.dtype)
@@ -391,7 +407,8 @@ def scale_by_far_sign(
     kappa = None if screen is None else check_screen(screen)
     if kappa is not None and num_workers is None:
         raise ValueError("screen needs num_workers (the length of the stacked worker axis)")
-    n = None if kappa is None else check_integer("num_workers", num_workers, 1)
+    # checked whenever given: the stacked updates must then have that many workers
+    n = None if num_workers is None else check_integer("num_workers", num_workers, 1)
     beta_t = beta if callable(beta) else (lambda t: jnp.asarray(beta, jnp.float32))
 
     def init(params):
@@ -401,7 +418,7 @@ def scale_by_far_sign(
                 f"num_directions must be <= {padded_dim(flat.shape[0])} for "
                 f"{flat.shape[0]} parameters, got {K}"
             )
-        return FarSignState(server_init(params, n), key)
+        return FarSignState(server_init(params, None if kappa is None else n), key)
 
     def update(updates, state, params=None):
         if params is None:

@@ -218,7 +218,7 @@ def run_async(
     x, y = _check_data(cluster, *data)
     flat0, _ = ravel_pytree(params)
     D = flat0.shape[0]
-    K = int(num_directions)
+    K = check_integer("num_directions", num_directions, 1)  # 2.9 was truncated to 2
     if protocol != "sgd" and not 1 <= K <= fs.padded_dim(D):
         raise ValueError(f"num_directions must lie in [1, {fs.padded_dim(D)}], got {K!r}")
     bits = 32 * D if protocol == "sgd" else K
@@ -236,6 +236,8 @@ def run_async(
         if protocol == "sgd":
             raise ValueError("screen applies to the far_sign protocols only")
         screen = fs.check_screen(screen)
+    if protocol == "far_sign_zo":
+        fs.check_smoothing(smoothing)
     fn = _run_async_jit(
         loss_fn, _layout(params), cluster, protocol, attack, events, record_every, K, bits,
         float(smoothing), num_classes, int(parallel_events), mu, screen,

@@ -57,6 +57,7 @@ from jaxopt_suite.zeroth_order._common import (
     check_value,
     check_value_fn,
     directional_differences,
+    flat_view,
     flatten_like,
     key_name,
     params_required,
@@ -276,10 +277,12 @@ def szo_estimate(
     """SZO-kappa gradient estimate from ``num_directions`` activation-supported probes.
 
     .. math::
-      \\hat g = \\frac{1}{q} \\sum_{i=1}^q D_{v_i} f(x)\\, \\tilde v_i, \\qquad
-      v_i = U\\,\\mathrm{diag}(w)\\, c_i, \\quad \\tilde v_i = U\\,\\mathrm{diag}(w)^{-1} c_i,
+      \\hat g = \\frac{1}{q} \\sum_{i=1}^q D_{v_i} f(x)\\, v_i, \\qquad
+      v_i = U\\,\\mathrm{diag}(w)\\, c_i,
 
-    with ``E[c c^T] = I`` and ``w`` the covariance correction, so
+    with ``E[c c^T] = I`` and ``w`` the covariance correction (a probe enters the estimate
+    with the weight it was probed with; only the tail of ``bias_correction`` enters with
+    the inverse of its ``tail_weight``), so
     ``E[ghat] = U diag(w^2) U^T g``: each covered weight's gradient with its fan-in side
     projected on the top-kappa activation eigenspace, times the correction (isotropic leaves
     are kept whole). With ``bias_correction`` the rest of the activation span is added.
@@ -321,6 +324,7 @@ def szo_estimate(
     Returns:
       :class:`SZOEstimate`.
     """
+    flat_view(params)  # floating leaves, as the other estimators require
     value = check_value(value, check_value_fn(value_fn, params))
     kappa, num_directions = _check_options(
         kappa, num_directions, sigma, tail_weight, layout, covariance_power

@@ -168,6 +168,18 @@ def test_robust_rules_keep_out_non_finite_and_overflowing_updates(key, value):
     )
 
 
+def test_centered_clippings_center_must_be_laid_out_as_an_update():
+    U = {"a": jnp.ones((3, 2)), "b": 10.0 * jnp.ones((3, 3))}
+    # as many entries, another layout: it was ravelled into the wrong coordinates
+    with pytest.raises(ValueError, match="center must have the structure and leaf shapes"):
+        centered_clipping(U, (10.0 * jnp.ones(3), jnp.ones(2)), tau=0.5)
+    with pytest.raises(ValueError, match="center must have the structure and leaf shapes"):
+        centered_clipping(U, {"a": jnp.ones(3), "b": jnp.ones(2)}, tau=0.5)
+    center = {"a": jnp.ones(2), "b": 10.0 * jnp.ones(3)}
+    out = centered_clipping(U, center, tau=0.5)  # every update sits on the center
+    jax.tree.map(np.testing.assert_allclose, out, center)
+
+
 def test_tolerance_and_shape_errors(key):
     with pytest.raises(ValueError, match="needs n > 2f \\+ 2, got n=8 workers and num_byzantine=3"):
         make_aggregator("krum", num_workers=8, num_byzantine=3)

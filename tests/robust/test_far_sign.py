@@ -291,6 +291,22 @@ def test_optax_transform_behind_the_screen(key):
         fs.server_step(params, fs.server_init(params), d, jnp.ones(K, jnp.int8), 0.1, 0.1, 0, 1.2)
     with pytest.raises(ValueError, match="num_workers must be an integer >= 1"):
         fs.server_init(params, 0)
+    # a worker index outside the screen dropped its message and borrowed another's admission
+    screened = fs.server_init(params, n)
+    with pytest.raises(ValueError, match=r"worker must lie in \[0, 8\) for this state, got 8"):
+        fs.server_step(params, screened, d, jnp.ones(K, jnp.int8), 0.1, 0.1, n, 1.2)
+    with pytest.raises(ValueError, match="the state has a screen"):
+        fs.server_step(params, screened, d, jnp.ones(K, jnp.int8), 0.1, 0.1, 1)
+    # num_workers is checked, and held to, without a screen too
+    with pytest.raises(ValueError, match="num_workers must be an integer >= 1"):
+        fs.scale_by_far_sign(key, num_directions=K, num_workers=-5)
+    open_opt = fs.scale_by_far_sign(key, num_directions=K, num_workers=n)
+    with pytest.raises(ValueError, match="num_workers=8 gradients, got 3"):
+        open_opt.update({"x": jnp.zeros((3, dim))}, open_opt.init(params), params)
+    # a zero difference step made every zeroth-order bit -1
+    for smoothing in (0.0, float("nan")):
+        with pytest.raises(ValueError, match="smoothing must be finite and > 0"):
+            fs.worker_bits_zo(lambda p: jnp.sum(p["x"] ** 2), params, d, jnp.zeros(K), smoothing)
 
 
 @pytest.mark.parametrize("kappa", [1.2, 2.0])

@@ -346,6 +346,15 @@ def test_bad_input_is_named(key):
         )
     with pytest.raises(ValueError, match="multiple of record_every"):
         run_async(_loss, PARAMS, data, cluster, events=15, record_every=10, key=key)
+    with pytest.raises(ValueError, match="num_directions must be an integer >= 1, got 2.9"):
+        run_async(
+            _loss, PARAMS, data, cluster, events=10, record_every=10, key=key, num_directions=2.9
+        )
+    with pytest.raises(ValueError, match="smoothing must be finite and > 0, got 0.0"):
+        run_async(
+            _loss, PARAMS, data, cluster, protocol="far_sign_zo", events=10, record_every=10,
+            key=key, num_directions=4, smoothing=0.0,
+        )  # fmt: skip
     with pytest.raises(ValueError, match="parallel_events must be an integer >= 1"):
         run_async(
             _loss,

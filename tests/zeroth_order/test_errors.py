@@ -179,3 +179,10 @@ def test_integer_params_are_refused():
             {"x": jnp.ones(3)},
             jax.random.key(0),
         )
+    # SZO said only that the probes' normal draw needs a float dtype
+    with pytest.raises(TypeError, match="params must be floating point"):
+        szo_estimate(
+            lambda p: jnp.sum(p["x"]).astype(jnp.float32),
+            {"x": jnp.ones(3, jnp.int32)},
+            jax.random.key(0),
+        )
