@@ -25,6 +25,7 @@ Malformed input raises :class:`MPSError` with the line number.
 
 from __future__ import annotations
 
+import collections
 import math
 import warnings
 from pathlib import Path
@@ -420,6 +421,14 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
     for name in [*row_names, *col_names, objective_name]:
         if not name or any(ch.isspace() for ch in name):
             raise ValueError(f"free MPS names cannot be empty or contain spaces: {name!r}")
+        # a line starting with * is a comment, and MARKER opens an integer section
+        if name.startswith("*") or name == "MARKER":
+            raise ValueError(f"MPS names cannot start with '*' or be 'MARKER': {name!r}")
+    for kind, names in (("row", row_names), ("column", col_names)):
+        counts = collections.Counter(names)  # the reader would merge or refuse repeats
+        twice = [name for name in names if counts[name] > 1]
+        if twice:
+            raise ValueError(f"{kind} names must be unique to be written, {twice[0]!r} repeats")
     if objective_name in row_names:
         raise ValueError(f"objective_name {objective_name!r} is also a row name")
     out = [f"NAME {lp.name or 'LP'}", "OBJSENSE", "    MIN", "ROWS", f" N {objective_name}"]

@@ -168,6 +168,8 @@ MATRIX_KINDS = ("auto", "dense", "ell", "sparse", "block", "native")
 def _matrix_kind(A: sp.csr_array, kind: str, batched: bool) -> str:
     if kind not in MATRIX_KINDS:
         raise ValueError(f"matrix must be one of {MATRIX_KINDS}, got {kind!r}")
+    if 0 in A.shape and kind in ("ell", "block"):
+        return "dense"  # no rows or no columns: nothing for a sparse layout to hold
     if kind != "auto":
         return kind
     if jax.default_backend() == "cpu" and native.available():
@@ -700,7 +702,9 @@ class LPBatchSolution(NamedTuple):
     seconds: float
 
     def messages(self) -> list[str]:
-        return [MESSAGES[Status(int(s))] for s in self.status]
+        """A readable status per instance (also for slots still running or parked)."""
+        other = {_RUNNING: "running", PARKED: "parked (holds no instance)"}
+        return [other.get(int(s)) or MESSAGES[Status(int(s))] for s in self.status]
 
 
 # Fields of _Data that differ between the instances of a batch.
@@ -765,6 +769,14 @@ def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
                 f"warm_start must be (x[{batch}, {n}], y[{batch}, {m}]), got {x0.shape} "
                 f"and {y0.shape}"
             )
+        for name, values in (("x", x0), ("y", y0)):  # as solve_lp's warm start must be
+            bad = np.argwhere(~np.isfinite(values))
+            if bad.size:
+                b, j = (int(v) for v in bad[0])
+                raise ValueError(
+                    f"warm_start {name} must be finite; instance {b} has {values[b, j]} at "
+                    f"index {j}"
+                )
     return lower, upper, np.ascontiguousarray(costs), x0, y0
 
 

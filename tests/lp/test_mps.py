@@ -148,6 +148,23 @@ def test_writing_huge_values_on_their_wrong_side_is_refused(tmp_path, lp, named)
     assert not path.exists()
 
 
+@pytest.mark.parametrize(
+    ("names", "match"),
+    [
+        ({"col_names": ["x", "x"]}, "column names must be unique to be written, 'x' repeats"),
+        ({"row_names": ["r", "r"]}, "row names must be unique to be written, 'r' repeats"),
+        ({"col_names": ["*x", "y"]}, r"cannot start with '\*' or be 'MARKER': '\*x'"),
+        ({"col_names": ["MARKER", "y"]}, r"cannot start with '\*' or be 'MARKER'"),
+    ],
+)
+def test_names_the_reader_would_read_otherwise_are_refused(tmp_path, names, match):
+    # repeated columns were merged into one, a '*x' column was read as a comment line
+    lp = LP([1.0, 2.0], [[1.0, 1.0], [1.0, -1.0]], [1.0, -1.0], [4.0, 1.0], [0, 0], [5, 5],
+            **names)  # fmt: skip
+    with pytest.raises(ValueError, match=match):
+        write_mps(lp, tmp_path / "names.mps")
+
+
 def _card(f1="", f2="", f3="", f4="", f5="", f6=""):
     """A fixed-MPS data line: fields at columns 2-3, 5-12, 15-22, 25-36, 40-47, 50-61."""
     return f" {f1:<2} {f2:<8}  {f3:<8}  {f4:>12}   {f5:<8}  {f6:>12}".rstrip()

@@ -243,6 +243,20 @@ def test_batch_freezes_finished_instances_and_checks_input():
         solve_lp_batch(lp, lower, upper, np.zeros((3, 12)))
     with pytest.raises(ValueError, match="at least one instance, got B = 0"):
         solve_lp_batch(lp, lower[:0], upper[:0])
+    # a NaN warm start ran into NUMERICAL_ERROR (solve_lp refuses one)
+    x0, y0 = np.zeros((2, 12)), np.zeros((2, 10))
+    x0[1, 4] = np.nan
+    with pytest.raises(ValueError, match="warm_start x must be finite; instance 1 has nan at"):
+        solve_lp_batch(lp, lower, upper, warm_start=(x0, y0))
+
+
+def test_messages_of_a_batch_in_flight():
+    from jaxopt_suite.lp.pdlp import batch_park, batch_solution, batch_start
+
+    lp = _feasible_lp(2, m=10, n=12)
+    lower, upper = np.tile(lp.var_lower, (2, 1)), np.tile(lp.var_upper, (2, 1))
+    batch = batch_park(batch_start(lp, lower, upper), [1])  # slot 0 not yet advanced
+    assert batch_solution(batch).messages() == ["running", "parked (holds no instance)"]
 
 
 def test_float64_solve():
@@ -428,3 +442,12 @@ def test_an_lp_owns_copies_of_its_data():
     lp = LP([1.0, 1.0], A, [1.0], [np.inf], [0.0, 0.0], [5.0, 5.0])
     np.testing.assert_array_equal(A.data, [1.0, 0.0, 2.0])
     np.testing.assert_array_equal(lp.A.toarray(), [[1.0, 2.0]])
+
+
+@pytest.mark.parametrize("matrix", ["ell", "block"])
+def test_an_lp_without_rows_solves_with_every_matrix_kind(matrix):
+    # the sparse layouts failed to build for an empty matrix (broadcast and slice errors)
+    lp = LP([1.0, -1.0], np.zeros((0, 2)), [], [], [0.0, -3.0], [4.0, 5.0])
+    solution = solve_lp(lp, LPOptions(matrix=matrix))
+    assert solution.status == Status.OPTIMAL
+    assert solution.objective == pytest.approx(-5.0, rel=1e-6)

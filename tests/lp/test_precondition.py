@@ -62,3 +62,12 @@ def test_bad_arguments():
         precondition(lp, ruiz_iterations=-1)
     with pytest.raises(ValueError, match=r"pock_chambolle_alpha must lie in \[0, 2\]"):
         precondition(lp, pock_chambolle_alpha=3.0)
+
+
+def test_bound_norm_does_not_overflow():
+    from jaxopt_suite.lp.precondition import _finite_norm
+
+    # squared, 1e200 overflowed to inf and the bound scale derived from it became 0
+    assert _finite_norm(np.array([1e200, -np.inf]), np.array([3.0])) == pytest.approx(1e200)
+    assert _finite_norm(np.array([3.0, 4.0]), np.array([np.inf])) == pytest.approx(5.0)
+    assert _finite_norm(np.array([np.inf])) == 0.0
