@@ -18,6 +18,7 @@ a batch that shares ``A`` and is scaled with the same ``s_b`` reuses one factori
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import scipy.sparse as sp
@@ -64,9 +65,14 @@ def _segment_max(values: np.ndarray, pointers: np.ndarray) -> np.ndarray:
 def _finite_norm(*vectors: np.ndarray) -> float:
     """The 2-norm of the finite entries, computed without overflow (a bound of 1e200
     squared to inf, and the scaling derived from it to 0)."""
-    finite = np.concatenate([v[np.isfinite(v)] for v in vectors])
-    largest = float(np.max(np.abs(finite))) if finite.size else 0.0
-    return largest * float(np.linalg.norm(finite / largest)) if largest > 0 else 0.0
+    parts = [v[np.isfinite(v)] for v in vectors]
+    with np.errstate(over="ignore"):
+        norm = float(np.sqrt(sum(np.sum(p * p) for p in parts)))
+    if math.isfinite(norm):
+        return norm
+    finite = np.concatenate(parts)  # rescaled only where the squares overflow
+    largest = float(np.max(np.abs(finite)))
+    return largest * float(np.linalg.norm(finite / largest))
 
 
 def equilibrate(
