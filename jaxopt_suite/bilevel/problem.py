@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Loss = Callable[[Any, Any, Any], jax.Array]
 Sampler = Callable[[jax.Array], Any]
@@ -80,6 +81,9 @@ def _check_floating_tree(name: str, tree: Any) -> None:
             raise TypeError(
                 f"{name}{jax.tree_util.keystr(path)} must be floating point, got dtype {dtype}"
             )
+        # a NaN start was reported after the first step as a divergence of the step sizes
+        if not isinstance(leaf, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(leaf))):
+            raise ValueError(f"{name}{jax.tree_util.keystr(path)} must be finite")
 
 
 def check_problem(problem: Any, x: Any, y: Any, key: jax.Array) -> None:

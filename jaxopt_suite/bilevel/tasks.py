@@ -17,6 +17,7 @@ memory-lean factorized form (``bros(..., factorized=True)``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -26,6 +27,7 @@ import numpy as np
 import optax
 
 from jaxopt_suite import datasets
+from jaxopt_suite._checks import check_real
 from jaxopt_suite.bilevel.problem import BilevelProblem
 from jaxopt_suite.bilevel.subspace import dense, sq_norm
 
@@ -161,6 +163,11 @@ def _check_batch(batch_size: Any) -> None:
         raise ValueError(f"batch_size must be a Python int >= 1, got {batch_size!r}")
 
 
+def check_regularisation(reg: Any) -> None:
+    """The lower level's ridge weight: finite and >= 0 (NaN made every loss NaN)."""
+    check_real("reg", reg, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
+
+
 # --- tasks -------------------------------------------------------------------------------
 
 
@@ -182,6 +189,7 @@ def hyper_cleaning(
     """
     split = load_split() if split is None else split
     _check_batch(batch_size)
+    check_regularisation(reg)
     noisy = corrupt_labels(split.y_train, corruption, split.num_classes, seed)
     sizes = (split.x_train.shape[1], *hidden, split.num_classes)
 
@@ -260,6 +268,8 @@ def data_mixture(
     """
     split = load_split() if split is None else split
     _check_batch(batch_size)
+    check_regularisation(reg)
+    check_real("input_noise", input_noise, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
     if len(label_noise) != len(input_noise) or len(label_noise) < 2:
         raise ValueError(
             "label_noise and input_noise must have the same length K >= 2, got "
@@ -278,6 +288,12 @@ def data_mixture(
             corrupt_labels(split.y_train[members], label_noise[k], split.num_classes, seed + k)
         )
     size = min(a.shape[0] for a in inputs)
+    if size == 0:
+        empty = next(k for k, a in enumerate(inputs) if a.shape[0] == 0)
+        raise ValueError(
+            f"group {empty} has no training examples ({split.x_train.shape[0]} rows over "
+            f"{groups} groups): use fewer groups or more data"
+        )
     stacked_x = jnp.asarray(np.stack([a[:size] for a in inputs]))  # (K, n_k, d)
     stacked_y = jnp.asarray(np.stack([b[:size] for b in labels]))
     sizes = (split.x_train.shape[1], *hidden, split.num_classes)
@@ -338,6 +354,9 @@ def hyper_representation(
     """
     split = load_split() if split is None else split
     _check_batch(batch_size)
+    check_regularisation(reg)
+    if not backbone:
+        raise ValueError("backbone must list at least one hidden width, got ()")
     sizes = (split.x_train.shape[1], *backbone)
     classes = split.num_classes
 

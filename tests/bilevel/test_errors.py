@@ -185,3 +185,28 @@ def test_record_times_follow_the_work_done():
     seconds = np.asarray(result.history["seconds"])
     long_segment, short_segment = seconds[1] - seconds[0], seconds[2] - seconds[1]
     assert long_segment > 5 * short_segment
+
+
+def test_non_finite_starts_and_task_settings_are_named():
+    from jaxopt_suite.bilevel import tasks
+    from jaxopt_suite.bilevel.online import quadratic_stream
+
+    q = Quadratic()
+    solver = bilevel.soba(inner_lr=0.1, outer=0.1)
+    y0 = {"w": q.y0["w"].at[0, 0].set(jnp.nan), "b": q.y0["b"]}
+    with pytest.raises(ValueError, match=r"y0\['w'\] must be finite"):
+        solver.init(q.problem, q.x0, y0, jax.random.key(0))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(3, 2)).astype(np.float32), np.array([0, 1, 0], np.int32)
+    split = tasks.Split(x, y, x, y, x, y, num_classes=2, name="tiny")
+    with pytest.raises(ValueError, match="reg must be finite and >= 0, got nan"):
+        tasks.hyper_cleaning(split, reg=float("nan"))
+    # three rows over six groups: a group without examples failed later inside a gather
+    with pytest.raises(ValueError, match=r"group \d has no training examples"):
+        tasks.data_mixture(split, label_noise=(0.0,) * 6, input_noise=(0.0,) * 6)
+    with pytest.raises(ValueError, match="input_noise must be finite and >= 0"):
+        tasks.data_mixture(split, label_noise=(0.0, 0.1), input_noise=(0.0, float("nan")))
+    with pytest.raises(ValueError, match=r"backbone must list at least one hidden width"):
+        tasks.hyper_representation(split, backbone=())
+    with pytest.raises(ValueError, match="scale must be finite and >= 0, got nan"):
+        quadratic_stream(drift="sqrt", scale=float("nan"))

@@ -19,12 +19,14 @@ over the ball is ``R ||M^T (u_t - u_{t-1})|| + |(||u_t||^2 - ||u_{t-1}||^2) / 2|
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxopt_suite._checks import check_real
 from jaxopt_suite.bilevel.online.problem import ExactOracle, OnlineBilevelProblem, _check_count
 
 Drift = Literal["static", "sqrt", "linear", "iid"]
@@ -108,6 +110,8 @@ def quadratic_stream(
         raise ValueError(f"dim_y ({dim_y}) must be >= dim_x ({dim_x}) so M can have full rank")
     if not inner_condition >= 1:
         raise ValueError(f"inner_condition must be >= 1, got {inner_condition}")
+    # NaN made every c_t NaN
+    check_real("scale", scale, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
     if outer_condition is not None and not outer_condition >= 1:
         raise ValueError(f"outer_condition must be >= 1 (or None), got {outer_condition}")
     if not lam >= 0:

@@ -23,7 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxopt_suite.bilevel.online.problem import OnlineBilevelProblem, _check_count
-from jaxopt_suite.bilevel.tasks import Split, _accuracy, _ce, corrupt_labels, load_split
+from jaxopt_suite.bilevel.tasks import (
+    Split,
+    _accuracy,
+    _ce,
+    check_regularisation,
+    corrupt_labels,
+    load_split,
+)
 
 
 class OnlineTask(NamedTuple):
@@ -91,6 +98,7 @@ def online_hyper_cleaning(
     split = load_split() if split is None else split
     num_rounds = _check_count("num_rounds", num_rounds)
     batch_size = _check_count("batch_size", batch_size)
+    check_regularisation(reg)
     for bound in corruption:
         _check_fraction("corruption", bound)
     if not 0.0 < segment <= 1.0:
@@ -176,6 +184,7 @@ def online_loss_tuning(
     split = load_split() if split is None else split
     num_rounds = _check_count("num_rounds", num_rounds)
     batch_size = _check_count("batch_size", batch_size)
+    check_regularisation(reg)
     _check_fraction("label_noise", label_noise)
     if not imbalance >= 1.0:
         raise ValueError(f"imbalance must be >= 1, got {imbalance!r}")
