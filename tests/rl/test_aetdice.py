@@ -244,6 +244,12 @@ def test_bad_inputs_raise():
         bad[0, 0, 0] = np.nan
         A.train_aetdice(data._replace(rewards=bad), U.esr(U.linear([1, 1])),
                         jax.random.key(0), CONFIG)  # fmt: skip
+    # no objectives, or utilities of two classes in one vmap: errors from inside jax before
+    with pytest.raises(ValueError, match="objectives is empty"):
+        A.train_aetdice(data, [], jax.random.key(0), CONFIG)
+    with pytest.raises(ValueError, match=r"share one utility class, got \['Tchebycheff', 'Thr"):
+        A.train_aetdice(data, [U.ser(U.tchebycheff(m=2)), U.ser(U.threshold([1.0, 1.0]))],
+                        jax.random.key(0), CONFIG)  # fmt: skip
 
 
 def test_behaviour_policy_trains_on_preferences_and_collects():

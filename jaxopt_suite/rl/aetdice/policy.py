@@ -154,9 +154,16 @@ def normalised_preferences(dataset) -> np.ndarray:
 
 
 def as_list(objectives) -> tuple[list, bool]:
-    """``(objectives as a list, whether one objective was given)``."""
+    """``(objectives as a list, whether one objective was given)``; a ``TypeError`` for
+    anything but :class:`.utilities.AET` objectives, a ``ValueError`` for none."""
     single = isinstance(objectives, AET)
-    return ([objectives] if single else list(objectives)), single
+    listed = [objectives] if single else list(objectives)
+    if not listed:
+        raise ValueError("objectives is empty: give an AET objective or a list of them")
+    for objective in listed:
+        if not isinstance(objective, AET):
+            raise TypeError(f"objectives must be AET objectives, got {type(objective).__name__}")
+    return listed, single
 
 
 def trained_policies(
@@ -252,6 +259,12 @@ def fit_problems(
     data, problems = pad_steps(data, problems, padded_rows(data.features.shape[0]))
     if len(problems) == 1:
         return [_fit(config, action_size, weighted, False)(data, problems[0], keys[0])]
+    kinds = {type(problem.outer).__name__ for problem in problems}
+    if len(kinds) > 1:  # one vmap over the problems stacks their utilities' fields
+        raise ValueError(
+            f"objectives trained in one call must share one utility class, got "
+            f"{sorted(kinds)}: train each class in a call of its own"
+        )
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *problems)
     results = _fit(config, action_size, weighted, True)(data, stacked, keys)
     return [jax.tree.map(lambda leaf, i=i: leaf[i], results) for i in range(len(problems))]
