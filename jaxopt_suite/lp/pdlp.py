@@ -475,17 +475,28 @@ def _initial_state(x0: jax.Array, y0: jax.Array) -> _State:
     )
 
 
-def _solve(data: _Data, x0, y0, options: LPOptions, deadline):
-    return _advance(data, _initial_state(x0, y0), options, None, deadline)
+def _solve(data: _Data, x0, y0, options: LPOptions, deadline, limits):
+    return _advance(data, _initial_state(x0, y0), options, None, deadline, limits)
 
 
-def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadline):
+def _limits(options: LPOptions, dtype) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(tolerance, infeasibility_tolerance, max_iterations)``: traced arguments of the
+    compiled loops, so a new value does not compile them again (:func:`_compiled_options`);
+    the tolerances in the data's ``dtype``, as the residuals they are compared with."""
+    return (
+        jnp.asarray(options.tolerance, dtype),
+        jnp.asarray(options.infeasibility_tolerance, dtype),
+        jnp.asarray(min(int(options.max_iterations), np.iinfo(np.int32).max), jnp.int32),
+    )
+
+
+def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadline, limits):
     """Runs ``init`` until it stops, or for at most ``evaluations`` evaluation periods;
     ``deadline`` (:func:`_deadline`, shaped like the status) when ``options.time_limit``
-    is set."""
+    is set; ``limits`` from :func:`_limits`."""
     freq = int(options.eval_every)
-    tol = options.tolerance
     dtype = data.c.dtype
+    tol, infeasibility_tol, max_iterations = limits
 
     def weighted_error(dx, dy, omega):
         value = omega * _dot(dx, dx) + _dot(dy, dy) / omega - 2.0 * data.eta * _dot(dy, data.A @ dx)
@@ -510,16 +521,14 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadlin
         error = weighted_error(x - xt, y - yt, s.omega)
         primal, dual, gap = _kkt(data, xt, yt)
         optimal = (primal <= tol) & (dual <= tol) & (gap <= tol)
-        p_inf, d_inf = _certificates(
-            data, xt - s.x_anchor, yt - s.y_anchor, options.infeasibility_tolerance
-        )
+        p_inf, d_inf = _certificates(data, xt - s.x_anchor, yt - s.y_anchor, infeasibility_tol)
         finite = jnp.isfinite(error) & jnp.isfinite(primal + dual + gap)
         status = jnp.where(optimal, int(Status.OPTIMAL), _RUNNING).astype(jnp.int32)
         status = jnp.where((status == _RUNNING) & p_inf, int(Status.PRIMAL_INFEASIBLE), status)
         status = jnp.where((status == _RUNNING) & d_inf, int(Status.DUAL_INFEASIBLE), status)
         status = jnp.where(finite, status, int(Status.NUMERICAL_ERROR))
         status = jnp.where(
-            (status == _RUNNING) & (iterations >= options.max_iterations),
+            (status == _RUNNING) & (iterations >= max_iterations),
             int(Status.ITERATION_LIMIT),
             status,
         )
@@ -593,9 +602,12 @@ _solve_jit = jax.jit(_solve, static_argnums=3)
 
 def _compiled_options(options: LPOptions) -> LPOptions:
     """``options`` as a compiled loop's static key: the loop reads the time limit only as
-    the ``deadline`` argument and whether there is one, so every limit maps to one key and a
-    new limit (a branch-and-bound's time left, say) does not compile the loop again."""
-    return options if options.time_limit is None else options._replace(time_limit=1.0)
+    the ``deadline`` argument and whether there is one, and the tolerances and iteration
+    limit as the ``limits`` argument (:func:`_limits`), so all of them map to one key and a
+    new value (a branch-and-bound's time left, a tighter tolerance) does not compile the
+    loop again."""
+    fixed = options._replace(tolerance=1.0, infeasibility_tolerance=1.0, max_iterations=1)
+    return fixed if options.time_limit is None else fixed._replace(time_limit=1.0)
 
 
 def _check_options(options: LPOptions) -> None:
@@ -666,6 +678,7 @@ def solve_lp(
         *jax.device_put((np.asarray(x0, dtype), np.asarray(y0, dtype))),
         _compiled_options(options),
         _deadline(start, options.time_limit),
+        _limits(options, dtype),
     )
     x = scaling.unscale_primal(np.asarray(state.x_out, np.float64))
     y = scaling.unscale_dual(np.asarray(state.y_out, np.float64))
@@ -842,7 +855,7 @@ def _pad_index(index: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=16)
 def _batched_advance(options: LPOptions):
-    return jax.jit(lambda d, s, n, t: _advance(d, s, options, n, t))
+    return jax.jit(lambda d, s, n, t, limits: _advance(d, s, options, n, t, limits))
 
 
 def _slot_deadlines(batch: LPBatch):
@@ -889,11 +902,12 @@ def batch_advance(
         raise ValueError(f"evaluations must be an int >= 1 or None, got {evaluations!r}")
     limit = jnp.asarray(np.iinfo(np.int32).max if evaluations is None else evaluations, jnp.int32)
     advance = _batched_advance(_compiled_options(batch.options))
+    limits = _limits(batch.options, batch.data.c.dtype)
     return _in_groups(
         batch,
         threads,
         lambda part: part._replace(
-            state=advance(part.data, part.state, limit, _slot_deadlines(part))
+            state=advance(part.data, part.state, limit, _slot_deadlines(part), limits)
         ),
     )
 
@@ -1153,6 +1167,7 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     whenever at most half of the slots still run; a batch under ``_COMPACT_MIN`` slots
     then runs to the end in one call (below that, the calls cost more than they save)."""
     advance = _batched_advance(_compiled_options(batch.options))
+    limits = _limits(batch.options, batch.data.c.dtype)
     chunk = jnp.asarray(evaluations, jnp.int32)
     to_the_end = jnp.asarray(np.iinfo(np.int32).max, jnp.int32)
     full = batch.state
@@ -1161,7 +1176,7 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     while True:
         small = active.size < _COMPACT_MIN
         state = advance(
-            work.data, work.state, to_the_end if small else chunk, _slot_deadlines(work)
+            work.data, work.state, to_the_end if small else chunk, _slot_deadlines(work), limits
         )
         work = work._replace(state=state)
         running = np.asarray(state.status).reshape(-1) == _RUNNING

@@ -290,6 +290,18 @@ def test_a_new_time_limit_does_not_compile_the_solve_again():
     for limit in (50.0, 25.5, 12.25):
         assert solve_lp(lp, LPOptions(time_limit=limit)).status == Status.OPTIMAL
     assert pdlp._solve_jit._cache_size() == compiled
+    # nor do new tolerances or iteration limits (they are arguments of the loop too), and
+    # they still act: a tighter tolerance takes more iterations, a limit stops the solve
+    loose = solve_lp(lp, LPOptions(time_limit=100.0, tolerance=1e-2))
+    tight = solve_lp(lp, LPOptions(time_limit=100.0, tolerance=1e-5, infeasibility_tolerance=1e-9))
+    capped = solve_lp(lp, LPOptions(time_limit=100.0, tolerance=1e-5, max_iterations=64))
+    assert loose.iterations < tight.iterations and capped.status == Status.ITERATION_LIMIT
+    assert pdlp._solve_jit._cache_size() == compiled
+    before = pdlp._batched_advance.cache_info().currsize
+    for tolerance in (1e-3, 1e-4):
+        lower, upper = np.tile(lp.var_lower, (2, 1)), np.tile(lp.var_upper, (2, 1))
+        solve_lp_batch(lp, lower, upper, options=LPOptions(tolerance=tolerance))
+    assert pdlp._batched_advance.cache_info().currsize <= before + 1
 
 
 def _slow_batch(batch=64):
