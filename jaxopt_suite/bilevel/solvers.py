@@ -609,6 +609,54 @@ class _Clock:
         return np.float32(time.perf_counter() - self.origin)
 
 
+_CLOCK = _Clock()  # one clock: a compiled run restarts it when it starts
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_run(problem, solver, eval_fn, num_steps: int, eval_every: int):
+    """``run``'s jitted loop, cached by its static parts (a problem and a solver hash by
+    identity), so that repeated runs, over seeds say, compile once."""
+    segments, remainder = divmod(num_steps, eval_every)
+
+    def record(state):
+        # The clock reads the host time once the segment's state exists (it is an operand).
+        seconds = io_callback(
+            _CLOCK.elapsed, jax.ShapeDtypeStruct((), jnp.float32), state.count, ordered=True
+        )
+        out = {"step": state.count, "seconds": seconds, "status": state.status, **state.diagnostics}
+        if eval_fn is not None:
+            out.update(eval_fn(state.x, state.y))
+        return out
+
+    def advance(state, keys):
+        def one(state, k):
+            return solver.step(state, problem.sample(k)), None
+
+        return jax.lax.cond(
+            state.status == OK, lambda s: jax.lax.scan(one, s, keys)[0], lambda s: s, state
+        )
+
+    @jax.jit
+    def go(state, batch_key):
+        io_callback(_CLOCK.start, None, ordered=True)
+        keys = jax.random.split(batch_key, num_steps)
+        # raw uint32 keys carry a trailing axis of their own
+        main = keys[: segments * eval_every].reshape(segments, eval_every, *keys.shape[1:])
+
+        def segment(state, seg_keys):
+            state = advance(state, seg_keys)
+            return state, record(state)
+
+        state, history = jax.lax.scan(segment, state, main)
+        if remainder:
+            state = advance(state, keys[segments * eval_every :])
+            last = jax.tree.map(lambda a: a[None], record(state))
+            history = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), history, last)
+        return state, history
+
+    return go
+
+
 class RunResult(NamedTuple):
     """``history`` holds one entry per record: ``step``, ``seconds`` (wall time since the
     compiled run started, read on the host when the record is taken), the step diagnostics,
@@ -657,46 +705,7 @@ def run(
     check_key(key)
     init_key, batch_key = jax.random.split(key)
     state = solver.init(problem, x0, y0, init_key)
-    segments, remainder = divmod(int(num_steps), int(eval_every))
-
-    clock = _Clock()
-
-    def record(state):
-        # The clock reads the host time once the segment's state exists (it is an operand).
-        seconds = io_callback(
-            clock.elapsed, jax.ShapeDtypeStruct((), jnp.float32), state.count, ordered=True
-        )
-        out = {"step": state.count, "seconds": seconds, "status": state.status, **state.diagnostics}
-        if eval_fn is not None:
-            out.update(eval_fn(state.x, state.y))
-        return out
-
-    def advance(state, keys):
-        def one(state, k):
-            return solver.step(state, problem.sample(k)), None
-
-        return jax.lax.cond(
-            state.status == OK, lambda s: jax.lax.scan(one, s, keys)[0], lambda s: s, state
-        )
-
-    @jax.jit
-    def go(state, batch_key):
-        io_callback(clock.start, None, ordered=True)
-        keys = jax.random.split(batch_key, num_steps)
-        # raw uint32 keys carry a trailing axis of their own
-        main = keys[: segments * eval_every].reshape(segments, eval_every, *keys.shape[1:])
-
-        def segment(state, seg_keys):
-            state = advance(state, seg_keys)
-            return state, record(state)
-
-        state, history = jax.lax.scan(segment, state, main)
-        if remainder:
-            state = advance(state, keys[segments * eval_every :])
-            last = jax.tree.map(lambda a: a[None], record(state))
-            history = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), history, last)
-        return state, history
-
+    go = _compiled_run(problem, solver, eval_fn, int(num_steps), int(eval_every))
     state, history = go(state, batch_key)
     status = int(state.status)
     message = explain(status, int(state.failed_step))

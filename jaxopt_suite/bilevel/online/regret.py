@@ -8,6 +8,7 @@ standard local regret. ``x_t`` is the point played before ``(f_t, g_t)`` is reve
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -85,10 +86,42 @@ def run_online(
         default = max(1, num_rounds // 20)
         eval_every = default if eval_every is None else _check_count("eval_every", eval_every)
     state = solver.init(problem, x0, y0)
-    dtype = jnp.result_type(*jax.tree.leaves(state.x))
-    nan = jnp.full([], jnp.nan, dtype)
+    go = _compiled_rounds(
+        problem, solver, oracle, window, regret_every, eval_fn, eval_every, num_rounds
+    )
+    state, history = go(state)
+    history = jax.tree.map(np.asarray, history)
+    if eval_fn is not None:
+        keep = np.arange(num_rounds)[(np.arange(num_rounds) + 1) % eval_every == 0]
+        history["eval"] = {k: v[keep] for k, v in history["eval"].items()}
+        history["eval_round"] = keep + 1
+    # Only the charged rounds enter the sum; a charged term that is NaN makes it NaN.
+    charged = history["regret_term"][::regret_every]
+    regret = float(np.sum(charged) * regret_every) if oracle is not None else float("nan")
+    status = int(state.status)
+    message = explain(status, int(state.failed_round))
+    if status != OK and on_failure == "raise":
+        raise FloatingPointError(f"{solver.name}: {message}")
+    return OnlineResult(
+        state,
+        history,
+        regret,
+        regret_every > 1 or not isinstance(oracle, ExactOracle),
+        status,
+        message,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_rounds(
+    problem, solver, oracle, window: int, regret_every: int, eval_fn, eval_every, num_rounds: int
+):
+    """``run_online``'s jitted scan over the rounds, cached by its static parts (problems,
+    solvers and oracles hash by identity), so that repeated runs compile once."""
 
     def charge(state, t):
+        dtype = jnp.result_type(*jax.tree.leaves(state.x))
+        nan = jnp.full([], jnp.nan, dtype)
         if oracle is None:
             return nan, nan
 
@@ -133,27 +166,7 @@ def run_online(
     def go(state):
         return jax.lax.scan(round_, state, jnp.arange(num_rounds, dtype=jnp.int32))
 
-    state, history = go(state)
-    history = jax.tree.map(np.asarray, history)
-    if eval_fn is not None:
-        keep = np.arange(num_rounds)[(np.arange(num_rounds) + 1) % eval_every == 0]
-        history["eval"] = {k: v[keep] for k, v in history["eval"].items()}
-        history["eval_round"] = keep + 1
-    # Only the charged rounds enter the sum; a charged term that is NaN makes it NaN.
-    charged = history["regret_term"][::regret_every]
-    regret = float(np.sum(charged) * regret_every) if oracle is not None else float("nan")
-    status = int(state.status)
-    message = explain(status, int(state.failed_round))
-    if status != OK and on_failure == "raise":
-        raise FloatingPointError(f"{solver.name}: {message}")
-    return OnlineResult(
-        state,
-        history,
-        regret,
-        regret_every > 1 or not isinstance(oracle, ExactOracle),
-        status,
-        message,
-    )
+    return go
 
 
 def fit_power_law(xs: Any, ys: Any) -> tuple[float, float]:
