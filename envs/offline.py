@@ -15,6 +15,7 @@ with their reward vectors and preferences, in "expert" (the policies as trained)
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import zipfile
@@ -247,7 +248,29 @@ def collect(
     }
     metadata = {**_metadata(defaults, metadata), "key": _key_data(key)}
 
-    def episode(preference, key):
+    keys = jax.random.split(key, (preferences.shape[0], episodes))
+    try:  # compiled once per (env, policy, horizon); the noise is an argument
+        hash((env, policy))
+        run = _rollouts(env, policy, horizon)
+    except TypeError:  # an unhashable policy: compiled for this call
+        run = _rollouts.__wrapped__(env, policy, horizon)
+    trajectories = run(jnp.asarray(preferences), keys, jnp.float32(action_noise))
+    arrays = {
+        name: np.asarray(value, np.float32).reshape((-1,) + value.shape[2:])
+        for name, value in trajectories.items()
+    }
+    return OfflineDataset(
+        **arrays, preferences=np.repeat(preferences, episodes, axis=0), metadata=metadata
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _rollouts(env, policy, horizon: int):
+    """``collect``'s jitted rollouts ``run(preferences (P, m), keys (P, E), action_noise)``,
+    cached by ``env``, ``policy`` and ``horizon`` so repeated collections (another quality,
+    coverage or seed) compile once."""
+
+    def episode(preference, key, action_noise):
         reset_key, steps_key = jax.random.split(key)
         state = env.reset(reset_key)
         if jnp.ndim(state.obs) != 1:
@@ -280,18 +303,11 @@ def collect(
         start = (state, jnp.zeros((), bool))
         return jax.lax.scan(step, start, jax.random.split(steps_key, horizon))[1]
 
-    def run(preferences, keys):
-        return jax.vmap(jax.vmap(episode, in_axes=(None, 0)))(preferences, keys)
+    def run(preferences, keys, action_noise):
+        per_preference = jax.vmap(episode, in_axes=(None, 0, None))
+        return jax.vmap(per_preference, in_axes=(0, 0, None))(preferences, keys, action_noise)
 
-    keys = jax.random.split(key, (preferences.shape[0], episodes))
-    trajectories = jax.jit(run)(jnp.asarray(preferences), keys)
-    arrays = {
-        name: np.asarray(value, np.float32).reshape((-1,) + value.shape[2:])
-        for name, value in trajectories.items()
-    }
-    return OfflineDataset(
-        **arrays, preferences=np.repeat(preferences, episodes, axis=0), metadata=metadata
-    )
+    return jax.jit(run)
 
 
 def _shape_error(field: str, expected: str, shape: tuple) -> ValueError:

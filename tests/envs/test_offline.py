@@ -132,6 +132,21 @@ def test_action_noise_makes_amateur_data(dataset):
     np.testing.assert_array_equal(noisy.mask, dataset.mask)
 
 
+def test_collections_of_one_env_and_policy_compile_once():
+    # each call jitted a fresh closure: every quality, coverage or seed compiled again
+    from envs import offline
+
+    env = _StopAt()
+    first = _collect(env=env, action_noise=0.5)
+    again = _collect(env=env, action_noise=0.5)
+    calm = _collect(env=env, action_noise=0.0, key=jax.random.key(1))
+    assert offline._rollouts(env, _policy, HORIZON)._cache_size() == 1
+    np.testing.assert_array_equal(first.actions, again.actions)
+    taken = calm.actions[calm.mask == 1]  # no noise: the scripted actions exactly
+    np.testing.assert_array_equal(taken, np.broadcast_to(
+        calm.preferences[:, None, :1] - 0.5, calm.actions.shape)[calm.mask == 1])  # fmt: skip
+
+
 def test_save_load_round_trip(dataset, tmp_path):
     path = envs.save(dataset, tmp_path / "data.npz")
     assert path == tmp_path / "data.npz"
