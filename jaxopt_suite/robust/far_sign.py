@@ -251,7 +251,10 @@ def server_init(params: Any, num_workers: int | None = None) -> ServerState:
 
 
 def check_screen(screen) -> float:
-    """``screen`` (the threshold ``kappa``) as a float above 1, else a ValueError."""
+    """``screen`` (the threshold ``kappa``) as a float above 1, else a ValueError; a traced
+    one (an argument of a compiled loop, checked where it was concrete) passes as it is."""
+    if isinstance(screen, jax.core.Tracer):
+        return screen
     value = float(screen)
     if not value > 1.0:  # also NaN
         raise ValueError(

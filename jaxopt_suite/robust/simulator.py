@@ -240,9 +240,14 @@ def run_async(
         fs.check_smoothing(smoothing)
     fn = _run_async_jit(
         loss_fn, _layout(params), cluster, protocol, attack, events, record_every, K, bits,
-        float(smoothing), num_classes, int(parallel_events), mu, screen,
+        num_classes, int(parallel_events), bool(mu), screen is not None,
     )  # fmt: skip
-    out = fn(flat0, x, y, key, steps["alpha"], steps["beta"], steps["learning_rate"])
+    # arguments of the compiled loop, so a new value does not compile it again; 1 - mu is
+    # formed here, in float64, as it was when mu was a constant of the loop
+    tunables = tuple(
+        jnp.float32(v) for v in (smoothing, mu, 1.0 - mu, 2.0 if screen is None else screen)
+    )
+    out = fn(flat0, x, y, key, steps["alpha"], steps["beta"], steps["learning_rate"], tunables)
     return Trace(*out, bits_per_message=bits)
 
 
@@ -370,12 +375,13 @@ def _slot_sharding(width: int):
 
 @functools.lru_cache(maxsize=16)
 def _run_async_jit(
-    loss_fn, layout, cluster, protocol, attack, events, record_every, K, bits, smoothing,
-    num_classes, width, mu, screen,
+    loss_fn, layout, cluster, protocol, attack, events, record_every, K, bits, num_classes,
+    width, momentum: bool, screened: bool,
 ):  # fmt: skip
-    """The compiled event loop; cached on what it depends on (the step sizes are
-    arguments), so repeated runs compile once. The cache keeps ``loss_fn`` (and what it
-    closes over) alive for its last 16 entries."""
+    """The compiled event loop; cached on what it depends on (the step sizes, the
+    smoothing, the momentum and the screen's threshold are arguments: only whether there is
+    momentum or a screen is not), so repeated runs compile once. The cache keeps
+    ``loss_fn`` (and what it closes over) alive for its last 16 entries."""
     unravel = _unravel(layout)
     n, f = cluster.num_workers, cluster.num_byzantine
     upload = jnp.float32(bits * float(cluster.seconds_per_bit))
@@ -400,11 +406,13 @@ def _run_async_jit(
         return jax.vmap(one)(keys)
 
     @jax.jit
-    def run(flat0, x, y, key, alphas, betas, lrs):
+    def run(flat0, x, y, key, alphas, betas, lrs, tunables):
+        smoothing, mu, one_minus_mu, kappa = tunables
+        screen = kappa if screened else None
         D = flat0.shape[0]
         k_dirs, k_init, k_delay, k_events = jax.random.split(key, 4)
         plan = _schedule(cluster, upload, events, k_init, k_delay)
-        server = fs.server_init(unravel(flat0), None if screen is None else n)
+        server = fs.server_init(unravel(flat0), n if screened else None)
 
         def dirs(message_id):
             return fs.directions(k_dirs, message_id, D, K)
@@ -416,7 +424,7 @@ def _run_async_jit(
 
         def _seen_row(i):
             """The row of ``seen`` read by worker ``i`` (any row for an honest one)."""
-            return jnp.clip(i, 0, max(f, 1) - 1) if mu else jnp.zeros_like(i)
+            return jnp.clip(i, 0, max(f, 1) - 1) if momentum else jnp.zeros_like(i)
 
         def message(e, stale, r, m_prev, honest_m):
             """Event ``e``'s message, computed on its worker's snapshot ``stale`` with the
@@ -432,13 +440,13 @@ def _run_async_jit(
                 """The worker's gradient, or its momentum (the gradient at its first
                 message: only first messages start at update 0)."""
                 g = grad_flat(stale, batch)
-                if not mu:
+                if not momentum:
                     return g
-                return jnp.where(plan.started[e] == 0, g, mu * m_prev + (1.0 - mu) * g)
+                return jnp.where(plan.started[e] == 0, g, mu * m_prev + one_minus_mu * g)
 
             def stats():
                 """What the omniscient attacks see of the honest workers."""
-                return honest_m if mu else honest_stats(stale, x, y, k_stats)
+                return honest_m if momentum else honest_stats(stale, x, y, k_stats)
 
             if not is_far_sign:
                 g = own_vector()
@@ -507,7 +515,7 @@ def _run_async_jit(
                 # the worker starts its next message on the current parameters
                 snapshot = snapshot.at[i].set(flat)
                 residual = residual.at[i].set(assign(server, n + e))
-                if mu:  # its momentum; a Byzantine worker sees the honest ones as they are now
+                if momentum:  # its momentum; a Byzantine one sees the honest ones as they are now
                     momenta = momenta.at[i].set(vs[j])
                     seen = seen.at[jnp.where(i < f, i, seen.shape[0])].set(momenta[f:], mode="drop")
                 return flat, server, snapshot, residual, momenta, seen
@@ -527,8 +535,8 @@ def _run_async_jit(
             server,
             jnp.broadcast_to(flat0, (n, D)),
             jax.vmap(lambda i: assign(server, i))(ids),
-            jnp.zeros((n, D) if mu else (n, 1), jnp.float32),
-            jnp.zeros((max(f, 1), n - f, D) if mu else (1, 1, 1), jnp.float32),
+            jnp.zeros((n, D) if momentum else (n, 1), jnp.float32),
+            jnp.zeros((max(f, 1), n - f, D) if momentum else (1, 1, 1), jnp.float32),
         )
         _, (params, times) = jax.lax.scan(
             chunk, init, jnp.arange(events // record_every, dtype=jnp.int32)

@@ -447,6 +447,16 @@ def test_repeated_runs_compile_once_and_use_their_own_step_sizes(key):
     assert len(traced) == count
     np.testing.assert_array_equal(first.params, third.params)
     assert not np.allclose(first.params, second.params)
+    # nor does a new momentum or screen threshold (once there is one), or a new smoothing
+    run_async(loss, PARAMS, data, cluster, worker_momentum=0.5, screen=1.5, **common)
+    count = len(traced)
+    run_async(loss, PARAMS, data, cluster, worker_momentum=0.9, screen=3.0, **common)
+    assert len(traced) == count
+    zeroth = {**common, "protocol": "far_sign_zo"}
+    run_async(loss, PARAMS, data, cluster, smoothing=1e-2, **zeroth)
+    count = len(traced)
+    run_async(loss, PARAMS, data, cluster, smoothing=1e-4, **zeroth)
+    assert len(traced) == count
 
     sync = dict(aggregator="trimmed_mean", rounds=20, record_every=10, key=key)
     slow = run_sync(loss, PARAMS, data, cluster, learning_rate=0.01, **sync)
