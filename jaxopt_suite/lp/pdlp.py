@@ -18,6 +18,11 @@ updates the primal weight ``omega`` by PDLP's smoothing
 
 Every solution carries a safe dual bound: the Lagrangian value of its dual iterate,
 computed in float64 on the host, valid however early the solve stopped.
+
+As in HiGHS and in MPS files, the solver reads a lower side (of a row or a variable) at or
+below ``-1e20`` as ``-inf`` and an upper side at or above ``1e20`` as ``+inf``
+(:data:`INFINITE_BOUND`); the LP itself, its objective and the dual bound keep the values
+given.
 """
 
 from __future__ import annotations
@@ -214,9 +219,40 @@ class _Data(NamedTuple):
     eta: jax.Array
 
 
+# the solver reads a lower side <= -INFINITE_BOUND or an upper one >= it as infinite
+INFINITE_BOUND = 1e20
+
+
+def _infinite_beyond(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(lower, upper)`` with sides beyond :data:`INFINITE_BOUND` made infinite."""
+    return (
+        np.where(lower <= -INFINITE_BOUND, -np.inf, lower),
+        np.where(upper >= INFINITE_BOUND, np.inf, upper),
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _solver_view(lp: LP) -> LP:
+    """``lp`` as the solver reads it: a lower side (row or variable) at or below
+    ``-INFINITE_BOUND`` is ``-inf``, an upper one at or above ``INFINITE_BOUND`` is ``+inf``,
+    as HiGHS and MPS read them. A big-M bound of 1e30 otherwise set the bound scaling and
+    the solve stalled (ITERATION_LIMIT at a point far from the optimum); 1e200 overflowed it.
+    The solution, its objective and its safe dual bound are still those of ``lp``."""
+    rows = _infinite_beyond(lp.row_lower, lp.row_upper)
+    cols = _infinite_beyond(lp.var_lower, lp.var_upper)
+    given = (lp.row_lower, lp.row_upper, lp.var_lower, lp.var_upper)
+    same = all(np.array_equal(a, b) for a, b in zip((*rows, *cols), given, strict=True))
+    if same:
+        return lp
+    return dataclasses.replace(
+        lp, row_lower=rows[0], row_upper=rows[1], var_lower=cols[0], var_upper=cols[1]
+    )
+
+
 def _prepare(lp: LP, options: LPOptions, batched: bool = False) -> tuple[_Data, Scaling]:
-    """The device data of ``lp``; ``batched``: the shared vectors as columns ``(k, 1)``
-    (the per-instance fields are then replaced by ``(k, B)`` ones)."""
+    """The device data of ``lp`` (its :func:`_solver_view`); ``batched``: the shared vectors
+    as columns ``(k, 1)`` (the per-instance fields are then replaced by ``(k, B)`` ones)."""
+    lp = _solver_view(lp)
     return _prepare_cached(
         lp,
         options.ruiz_iterations,
@@ -303,7 +339,7 @@ def _prepare_cached(
 def clear_caches() -> None:
     """Drops the cached preconditioning and device data of earlier LPs and matrices (a
     solve of a new matrix then pays for them again)."""
-    for cached in (_prepare_cached, _device_copy, _equilibrated, _batched_advance):
+    for cached in (_prepare_cached, _device_copy, _equilibrated, _batched_advance, _solver_view):
         cached.cache_clear()
 
 
@@ -773,6 +809,7 @@ def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
             f"instance {b}: var_lower > var_upper (or an infinite bound on the wrong side) "
             f"for {lp.col_label(j)}: {lower[b, j]} > {upper[b, j]}"
         )
+    lower, upper = _infinite_beyond(lower, upper)  # as _solver_view reads the LP's
     if warm_start is None:
         x0, y0 = np.zeros((batch, n)), np.zeros((batch, m))
     else:

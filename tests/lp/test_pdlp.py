@@ -463,3 +463,20 @@ def test_an_lp_without_rows_solves_with_every_matrix_kind(matrix):
     solution = solve_lp(lp, LPOptions(matrix=matrix))
     assert solution.status == Status.OPTIMAL
     assert solution.objective == pytest.approx(-5.0, rel=1e-6)
+
+
+def test_bounds_beyond_1e20_are_read_as_infinite():
+    # a big-M bound of 1e30 set the bound scaling and stalled the solve at x = 0
+    # (ITERATION_LIMIT, optimum 1 at x = (1, 0)); 1e200 overflowed it (NUMERICAL_ERROR)
+    lp = LP([1.0, 2.0], [[1.0, 1.0]], [1.0], [np.inf], [0.0, 0.0], [1e30, 10.0])
+    solution = solve_lp(lp)
+    assert solution.status == Status.OPTIMAL
+    assert solution.objective == pytest.approx(1.0, rel=1e-4)
+    assert solution.dual_bound <= 1.0 + 1e-9
+    lp = LP([-1.0], [[1.0]], [-1e25], [1.0], [0.0], [1e200])
+    solution = solve_lp(lp)
+    assert solution.status == Status.OPTIMAL
+    assert solution.objective == pytest.approx(-1.0, rel=1e-4)
+    np.testing.assert_array_equal(lp.var_upper, [1e200])  # the LP itself is left as given
+    batch = solve_lp_batch(lp, np.zeros((2, 1)), np.array([[1e30], [0.5]]))
+    np.testing.assert_allclose(batch.objective, [-1.0, -0.5], rtol=1e-4)
