@@ -625,7 +625,11 @@ def _compiled_run(problem, solver, eval_fn, num_steps: int, eval_every: int):
         )
         out = {"step": state.count, "seconds": seconds, "status": state.status, **state.diagnostics}
         if eval_fn is not None:
-            out.update(eval_fn(state.x, state.y))
+            extra = eval_fn(state.x, state.y)
+            taken = sorted(set(extra) & set(out))
+            if taken:  # they would silently replace the run's own records
+                raise ValueError(f"eval_fn's keys {taken} are the run's own records: rename them")
+            out.update(extra)
         return out
 
     def advance(state, keys):

@@ -160,6 +160,16 @@ def test_finite_check_of_float16_iterates_sums_in_float32():
     assert not bool(finite_sum(jnp.array([1.0, jnp.nan], jnp.float32)))
 
 
+def test_eval_fn_cannot_replace_the_runs_records():
+    q = Quadratic()
+    solver = bilevel.soba(inner_lr=0.1, outer=0.1)
+    with pytest.raises(ValueError, match=r"eval_fn's keys \['status', 'step'\]"):
+        bilevel.run(
+            q.problem, solver, q.x0, q.y0, jax.random.key(0), 4, eval_every=2,
+            eval_fn=lambda x, y: {"step": jnp.zeros(()), "status": jnp.zeros(()), "a": 1.0},
+        )  # fmt: skip
+
+
 def test_run_records_a_remainder_segment():
     q = Quadratic(noise=0.01)
     solver = bilevel.soba(inner_lr=0.1, outer=0.05)

@@ -82,9 +82,10 @@ def run_online(
         )
     if on_failure not in ("raise", "return"):
         raise ValueError(f"on_failure must be 'raise' or 'return', got {on_failure!r}")
-    if eval_fn is not None:
-        default = max(1, num_rounds // 20)
-        eval_every = default if eval_every is None else _check_count("eval_every", eval_every)
+    if eval_every is not None:  # checked even without eval_fn, which alone reads it
+        eval_every = _check_count("eval_every", eval_every)
+    if eval_fn is not None and eval_every is None:
+        eval_every = max(1, num_rounds // 20)
     state = solver.init(problem, x0, y0)
     go = _compiled_rounds(
         problem, solver, oracle, window, regret_every, eval_fn, eval_every, num_rounds

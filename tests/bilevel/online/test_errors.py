@@ -96,6 +96,8 @@ def test_run_online_checks_its_arguments():
         ob.run_online(problem, solver, X0, Y0, NUM_ROUNDS + 1)
     with pytest.raises(ValueError, match="on_failure must be 'raise' or 'return'"):
         ob.run_online(problem, solver, X0, Y0, 4, on_failure="ignore")
+    with pytest.raises(ValueError, match="eval_every must be >= 1"):  # even without eval_fn
+        ob.run_online(problem, solver, X0, Y0, 4, eval_every=-5)
     with pytest.raises(TypeError, match="solver must be an OnlineSolver"):
         ob.run_online(problem, bilevel.soba(inner_lr=0.1, outer=0.1), X0, Y0, 4)
     with pytest.raises(TypeError, match="solver must be an OnlineSolver"):
