@@ -496,6 +496,8 @@ class _Solver:
                 if math.isnan(self.first_time):
                     self.first_time = elapsed
             return "fallback", -math.inf
+        if not polished_objective < self.incumbent:
+            return "accepted", box_bound
         # the incumbent's value is that of the point that would be reported, so that the
         # gap the search closes is the gap reported (the polished LP's own objective can
         # differ from it by the LP tolerance)
