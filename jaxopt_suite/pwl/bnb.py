@@ -53,7 +53,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_real
+from jaxopt_suite._checks import check_finite_positive, check_real
 from jaxopt_suite.lp import (
     LP,
     LPOptions,
@@ -71,7 +71,9 @@ from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
 
 
 class MIPStatus(enum.IntEnum):
-    OPTIMAL = 0  # gap within the tolerances (the node tolerance only for an unpolished point)
+    # gap within the tolerances; or, for a complete search held up by an LP's precision, to
+    # the tolerance the message names (an unpolished point, a leaf whose polish did not end)
+    OPTIMAL = 0
     INFEASIBLE = 1
     UNBOUNDED = 2
     NODE_LIMIT = 3
@@ -313,10 +315,7 @@ def _check_options(options: PWLOptions) -> None:
     # zero (NaN: every comparison is false), and no point is ever branched on
     check_real("sos2_tolerance", options.sos2_tolerance, "lie in [0, 1)", lambda v: 0 <= v < 1)
     if options.polish_tolerance is not None:
-        check_real(
-            "polish_tolerance", options.polish_tolerance, "be finite and > 0",
-            lambda v: 0 < v < math.inf,
-        )  # fmt: skip
+        check_finite_positive("polish_tolerance", options.polish_tolerance)
 
 
 def resolve_options(options: PWLOptions) -> PWLOptions:
@@ -390,8 +389,12 @@ class _Solver:
         self.history: list[tuple[float, int, float, float]] = []
         self.first_time = math.nan
         self.nodes = 0
-        self.unresolved: list[float] = []  # bounds of leaves whose LP never finished
+        self.unresolved: list[float] = []  # leaves whose LP never finished; a node whose
+        # children found no room in the store
         self.store_full = False  # a node's children found no room (PWLOptions.capacity)
+        # which LPs' tolerance left a closed leaf's bound short of the cutoff ("node":
+        # its polish did not finish; "polishing": its polished bound fell short)
+        self.loose: set[str] = set()
         # smallest bound of a node closed by the cutoff or by its own optimum: the search
         # proves nothing tighter for those subtrees (the cutoff sits a gap below the
         # incumbent), so the reported bound never exceeds it
@@ -453,17 +456,19 @@ class _Solver:
         k = np.sum(self.breaks <= xhat[:, None], axis=1) - 1
         return np.clip(k, 0, np.maximum(self.sizes - 2, 0))
 
-    def _polish(self, lo, hi, x: np.ndarray, y: np.ndarray | None):
+    def _polish(self, lo, hi, x: np.ndarray, y: np.ndarray | None, tighter: float = 1.0):
         """Solves the LP with only the lambda intervals ``[lo, hi]`` (pairs) allowed, to
-        ``polish_tolerance``, warm started from ``(x, y)``: ``("optimal", objective, x,
-        bound)`` with the safe dual bound of that LP, ``("infeasible", ...)`` when a dual
-        ray proves ``x`` was no PWL point, or ``("unfinished", ...)`` (time or iteration
-        limit)."""
+        ``polish_tolerance`` (divided by ``tighter``), warm started from ``(x, y)``:
+        ``("optimal", objective, x, bound)`` with the safe dual bound of that LP,
+        ``("infeasible", ...)`` when a dual ray proves ``x`` was no PWL point, or
+        ``("unfinished", ...)`` (time or iteration limit)."""
         lower, upper = self._bounds(lo, hi)
         lp = self.lp
         restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset)
         y0 = np.zeros(lp.num_rows) if y is None else y
-        sol = solve_lp(restricted, self.polish_options(), warm_start=(np.clip(x, lower, upper), y0))
+        options = self.polish_options()
+        options = options._replace(tolerance=options.tolerance / tighter)
+        sol = solve_lp(restricted, options, warm_start=(np.clip(x, lower, upper), y0))
         if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
             return "optimal", float(sol.objective), sol.x, float(sol.dual_bound)
         if sol.status == Status.PRIMAL_INFEASIBLE:
@@ -922,6 +927,12 @@ class _Solver:
             verdict, box_bound = self._offer(lo, hi, x, y, float(sol.objective[row]), elapsed)
             if verdict == "accepted" and leaf:
                 bound = max(bound, box_bound)  # the polished LP is this node's, tighter
+                if bound < self._cutoff():
+                    # its safe bound can trail the LP's optimum (reduced costs times wide
+                    # bounds): once more, a hundred times tighter
+                    state, _, _, tight_bound = self._polish(lo, hi, x, y, tighter=100.0)
+                    if state == "optimal":
+                        bound = max(bound, tight_bound)
             # The node is settled only if its bound is within the gap tolerances of the
             # incumbent (as a pruned node's): an inexact node LP may look SOS2-feasible in
             # pairs that hold a worse point than the node's optimum, in others.
@@ -933,11 +944,15 @@ class _Solver:
                 self.closed = min(self.closed, bound)
                 return None  # the node's optimum is that point (to the gap tolerances)
             if leaf:
-                if verdict == "accepted":
-                    self.unresolved.append(bound)  # its polished LP is not tight enough
-                elif verdict == "fallback":  # its optimum, to the node tolerance only
+                # "accepted" here: its polished LP, the leaf's own, is solved but its bound
+                # is short of the cutoff; "fallback": the polish did not finish. Either way
+                # the leaf's optimum is known only to an LP's tolerance, which the result
+                # says (_solution). "rejected": the leaf holds no PWL point.
+                if verdict in ("accepted", "fallback"):
                     self.closed = min(self.closed, bound)
-                return None  # "rejected": the leaf holds no PWL point
+                    if bound < self._cutoff():
+                        self.loose.add("polishing" if verdict == "accepted" else "node")
+                return None
             branchable = np.zeros(self.S, bool)  # fall through to a middle split
         elif leaf:
             if st != Status.OPTIMAL:
@@ -1002,8 +1017,10 @@ class _Solver:
         points = [(p, self.compiled.model_values(p)) for p in (repaired, lp_x)]
         points.append((lp_x, self.model.snap(points[1][1])))
         checked = [(pair, self.model.check(pair[1])) for pair in points]
-        least = min(violation for _, violation in checked)
-        admitted = [item for item in checked if item[1] <= max(least, 1e-9)] or checked[:1]
+        measured = [violation for _, violation in checked if not math.isnan(violation)]
+        least = min(measured, default=math.inf)
+        # (all NaN, from a non-finite point: none is admitted, so all are)
+        admitted = [item for item in checked if item[1] <= max(least, 1e-9)] or checked
         scored = [
             (self.sign * self.model.objective_value(pair[1]), pair, violation)
             for pair, violation in admitted
@@ -1048,6 +1065,15 @@ class _Solver:
                 f"search complete, optimal to the node LPs' tolerance only (gap {gap:.1e}): "
                 "the polishing LP did not finish, so the point comes from a node LP "
                 f"(largest relative model violation {violation:.1e})"
+            )
+        elif status == MIPStatus.OPTIMAL and not self._gap_closed(bound):
+            which, advice = (
+                ("node LPs'", "leaves whose polishing LP did not finish kept their node bounds")
+                if "node" in self.loose
+                else ("polishing LPs'", "a leaf's polished bound fell short of the gap")
+            )
+            message = (
+                f"search complete, optimal to the {which} tolerance only (gap {gap:.1e}): {advice}"
             )
         elif not polished and math.isfinite(inc):
             message += (
