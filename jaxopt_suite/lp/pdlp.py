@@ -809,7 +809,6 @@ def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
             f"instance {b}: var_lower > var_upper (or an infinite bound on the wrong side) "
             f"for {lp.col_label(j)}: {lower[b, j]} > {upper[b, j]}"
         )
-    lower, upper = _infinite_beyond(lower, upper)  # as _solver_view reads the LP's
     if warm_start is None:
         x0, y0 = np.zeros((batch, n)), np.zeros((batch, m))
     else:
@@ -859,6 +858,9 @@ def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0):
     ``(k, n)``, moved to the device in columns ``(n, k)`` in one transfer."""
     s_b, s_c = scaling.bound, scaling.objective
     dtype = base.c.dtype
+    # the solver's reading of the bounds, as _solver_view's of the LP's; the batch keeps the
+    # values given, which its dual bounds use
+    lower, upper = _infinite_beyond(lower, upper)
     lower_s, upper_s = s_b * lower * scaling.col, s_b * upper * scaling.col
     host = {
         "c": s_c * costs / scaling.col,
