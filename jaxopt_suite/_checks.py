@@ -47,6 +47,16 @@ def check_real(name: str, value: Any, expected: str, ok: Callable[[float], bool]
         raise ValueError(f"{name} must {expected}, got {value!r}")
 
 
+def check_finite_nonnegative(name: str, value: Any) -> None:
+    """:func:`check_real` for a finite number (or array of them) >= 0."""
+    check_real(name, value, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
+
+
+def check_finite_positive(name: str, value: Any) -> None:
+    """:func:`check_real` for a finite number (or array of them) > 0."""
+    check_real(name, value, "be finite and > 0", lambda v: 0.0 < v < math.inf)
+
+
 def check_settings(
     config,
     *,
@@ -60,10 +70,9 @@ def check_settings(
     step size, limit or penalty turns a training run into NaN, not into a limit case)."""
     for name in integers:
         check_integer(name, getattr(config, name), 1)
-    for names, ok, expected in (
-        (nonnegative, lambda v: 0 <= v < math.inf, "be finite and >= 0"),
-        (positive, lambda v: 0 < v < math.inf, "be finite and > 0"),
-        (unit, lambda v: 0 < v <= 1, "lie in (0, 1]"),
-    ):
-        for name in names:
-            check_real(name, getattr(config, name), expected, ok)
+    for name in nonnegative:
+        check_finite_nonnegative(name, getattr(config, name))
+    for name in positive:
+        check_finite_positive(name, getattr(config, name))
+    for name in unit:
+        check_real(name, getattr(config, name), "lie in (0, 1]", lambda v: 0 < v <= 1)

@@ -17,7 +17,6 @@ memory-lean factorized form (``bros(..., factorized=True)``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -27,7 +26,7 @@ import numpy as np
 import optax
 
 from jaxopt_suite import datasets
-from jaxopt_suite._checks import check_real
+from jaxopt_suite._checks import check_finite_nonnegative
 from jaxopt_suite.bilevel.problem import BilevelProblem
 from jaxopt_suite.bilevel.subspace import dense, sq_norm
 
@@ -165,7 +164,7 @@ def _check_batch(batch_size: Any) -> None:
 
 def check_regularisation(reg: Any) -> None:
     """The lower level's ridge weight: finite and >= 0 (NaN made every loss NaN)."""
-    check_real("reg", reg, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
+    check_finite_nonnegative("reg", reg)
 
 
 # --- tasks -------------------------------------------------------------------------------
@@ -269,7 +268,7 @@ def data_mixture(
     split = load_split() if split is None else split
     _check_batch(batch_size)
     check_regularisation(reg)
-    check_real("input_noise", input_noise, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
+    check_finite_nonnegative("input_noise", input_noise)
     if len(label_noise) != len(input_noise) or len(label_noise) < 2:
         raise ValueError(
             "label_noise and input_noise must have the same length K >= 2, got "

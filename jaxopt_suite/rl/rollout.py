@@ -9,14 +9,13 @@ and ``info['episode_done']`` flags the step that ended it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jaxopt_suite._checks import check_real
+from jaxopt_suite._checks import check_finite_nonnegative
 from jaxopt_suite.rl.gae import gae
 from jaxopt_suite.rl.networks import gaussian_log_prob
 from jaxopt_suite.rl.normalization import RunningStats, normalize
@@ -100,7 +99,7 @@ def episode_stats(batch: Transition, limit: float | jax.Array) -> EpisodeStats:
     """The statistics of the episodes that ended in ``batch`` (zeros when none did).
     ``limit`` (the cost limit ``w``) must be finite and >= 0 when concrete: against a NaN
     limit no episode would count as a violation; a traced one is not checked."""
-    check_real("cost_limit", limit, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
+    check_finite_nonnegative("cost_limit", limit)
     done = batch.episode_done.astype(jnp.float32)
     count = jnp.sum(done)
     safe = jnp.maximum(count, 1.0)

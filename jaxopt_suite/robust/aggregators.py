@@ -32,7 +32,6 @@ the sign vote counts a NaN as an abstention. The mean, which is not robust, pass
 from __future__ import annotations
 
 import inspect
-import math
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +40,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_integer, check_real
+from jaxopt_suite._checks import check_finite_positive, check_integer, check_real
 
 AGGREGATORS = (
     "mean",
@@ -181,7 +180,7 @@ def _check_geometric_median(iterations: Any, eps: Any) -> int:
     """``iterations`` (>= 1) as an int; ``eps`` finite and > 0: it floors the distances that
     Weiszfeld's weights divide by (0 lets a row that sits on the iterate give 1/0, inf
     makes every weight 0 and the step 0/0)."""
-    check_real("eps", eps, "be finite and > 0", lambda v: 0.0 < v < math.inf)
+    check_finite_positive("eps", eps)
     return check_integer("iterations", iterations, 1)
 
 

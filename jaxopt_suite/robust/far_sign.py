@@ -90,7 +90,6 @@ with worker momentum they are a slowly moving average, honest scores spread, and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -99,7 +98,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_integer, check_key, check_real
+from jaxopt_suite._checks import check_finite_positive, check_integer, check_key
 from jaxopt_suite.robust.aggregators import stack
 from jaxopt_suite.zeroth_order._common import directional_differences, flat_plus, flat_view
 
@@ -203,7 +202,7 @@ def worker_bits_zo(
 def check_smoothing(smoothing) -> None:
     """The zeroth-order difference step must be finite and > 0: at 0 every difference is
     0 / 0, whose sign bit is -1, and the parameters drift in one fixed direction."""
-    check_real("smoothing", smoothing, "be finite and > 0", lambda v: 0.0 < v < math.inf)
+    check_finite_positive("smoothing", smoothing)
 
 
 def default_schedules(alpha: float, beta: float, t0: float = 1000.0) -> tuple[Schedule, Schedule]:
@@ -250,7 +249,7 @@ def server_init(params: Any, num_workers: int | None = None) -> ServerState:
     return ServerState(jnp.zeros(P, jnp.float32), jnp.zeros((), jnp.int32), screen)
 
 
-def check_screen(screen) -> float:
+def check_screen(screen) -> float | jax.Array:
     """``screen`` (the threshold ``kappa``) as a float above 1, else a ValueError; a traced
     one (an argument of a compiled loop, checked where it was concrete) passes as it is."""
     if isinstance(screen, jax.core.Tracer):
@@ -406,7 +405,7 @@ def scale_by_far_sign(
     if not callable(beta):
         # 0 never moves the tracker, a negative step moves it away from the workers'
         # medians, NaN or inf spoil it at the first message
-        check_real("beta", beta, "be finite and > 0", lambda v: 0.0 < v < math.inf)
+        check_finite_positive("beta", beta)
     kappa = None if screen is None else check_screen(screen)
     if kappa is not None and num_workers is None:
         raise ValueError("screen needs num_workers (the length of the stacked worker axis)")

@@ -19,14 +19,13 @@ over the ball is ``R ||M^T (u_t - u_{t-1})|| + |(||u_t||^2 - ||u_{t-1}||^2) / 2|
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_real
+from jaxopt_suite._checks import check_finite_nonnegative
 from jaxopt_suite.bilevel.online.problem import ExactOracle, OnlineBilevelProblem, _check_count
 
 Drift = Literal["static", "sqrt", "linear", "iid"]
@@ -111,7 +110,7 @@ def quadratic_stream(
     if not inner_condition >= 1:
         raise ValueError(f"inner_condition must be >= 1, got {inner_condition}")
     # NaN made every c_t NaN
-    check_real("scale", scale, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
+    check_finite_nonnegative("scale", scale)
     if outer_condition is not None and not outer_condition >= 1:
         raise ValueError(f"outer_condition must be >= 1 (or None), got {outer_condition}")
     if not lam >= 0:
