@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import numbers
 import time
 import warnings
@@ -29,7 +30,7 @@ import numpy as np
 import optax
 from jax.experimental import io_callback
 
-from jaxopt_suite._checks import check_key, check_real
+from jaxopt_suite._checks import check_finite_positive, check_key, check_real
 from jaxopt_suite.bilevel import subspace
 from jaxopt_suite.bilevel.problem import (
     BilevelProblem,
@@ -554,7 +555,7 @@ def check_implicit_settings(inner_lr: Any, inner_steps: Any, cg_steps: Any) -> N
     """The inner solve's settings of :func:`implicit_hypergradient`: a finite step size
     > 0 (a negative or NaN one diverged silently to ~1e20) and Python ints >= 1 (0 or fewer
     inner steps gave a zero hypergradient)."""
-    check_real("inner_lr", inner_lr, "be finite and > 0", lambda v: 0.0 < v < np.inf)
+    check_finite_positive("inner_lr", inner_lr)
     for name, value in (("inner_steps", inner_steps), ("cg_steps", cg_steps)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a Python int >= 1, got {value!r}")
@@ -596,20 +597,29 @@ def implicit_reference(
 # --- driver -------------------------------------------------------------------------------
 
 
-class _Clock:
-    """Host wall clock for records taken inside a compiled run (compilation excluded)."""
-
-    def __init__(self):
-        self.origin = time.perf_counter()
-
-    def start(self):
-        self.origin = time.perf_counter()
-
-    def elapsed(self, _):
-        return np.float32(time.perf_counter() - self.origin)
+# Host wall clocks of the runs in progress, by run id (an argument of the compiled loop,
+# which is shared by runs, so runs at the same time keep their own clocks): started when the
+# compiled run starts, so compilation is excluded.
+_CLOCKS: dict[int, float] = {}
+_RUN_IDS = itertools.count()
 
 
-_CLOCK = _Clock()  # one clock: a compiled run restarts it when it starts
+def _start_clock(run_id) -> None:
+    _CLOCKS[int(run_id)] = time.perf_counter()
+
+
+def _elapsed(run_id, _count) -> np.ndarray:
+    return np.float32(time.perf_counter() - _CLOCKS[int(run_id)])
+
+
+def _cached(build: Callable, *static: Any) -> Any:
+    """``build(*static)`` from its ``lru_cache``, or built afresh when an argument (an
+    ``eval_fn`` that is a bound method of an ``eq=True`` object, say) cannot be hashed."""
+    try:
+        hash(static)
+    except TypeError:
+        return build.__wrapped__(*static)
+    return build(*static)
 
 
 @functools.lru_cache(maxsize=8)
@@ -618,10 +628,10 @@ def _compiled_run(problem, solver, eval_fn, num_steps: int, eval_every: int):
     identity), so that repeated runs, over seeds say, compile once."""
     segments, remainder = divmod(num_steps, eval_every)
 
-    def record(state):
+    def record(state, run_id):
         # The clock reads the host time once the segment's state exists (it is an operand).
         seconds = io_callback(
-            _CLOCK.elapsed, jax.ShapeDtypeStruct((), jnp.float32), state.count, ordered=True
+            _elapsed, jax.ShapeDtypeStruct((), jnp.float32), run_id, state.count, ordered=True
         )
         out = {"step": state.count, "seconds": seconds, "status": state.status, **state.diagnostics}
         if eval_fn is not None:
@@ -641,20 +651,20 @@ def _compiled_run(problem, solver, eval_fn, num_steps: int, eval_every: int):
         )
 
     @jax.jit
-    def go(state, batch_key):
-        io_callback(_CLOCK.start, None, ordered=True)
+    def go(state, batch_key, run_id):
+        io_callback(_start_clock, None, run_id, ordered=True)
         keys = jax.random.split(batch_key, num_steps)
         # raw uint32 keys carry a trailing axis of their own
         main = keys[: segments * eval_every].reshape(segments, eval_every, *keys.shape[1:])
 
         def segment(state, seg_keys):
             state = advance(state, seg_keys)
-            return state, record(state)
+            return state, record(state, run_id)
 
         state, history = jax.lax.scan(segment, state, main)
         if remainder:
             state = advance(state, keys[segments * eval_every :])
-            last = jax.tree.map(lambda a: a[None], record(state))
+            last = jax.tree.map(lambda a: a[None], record(state, run_id))
             history = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), history, last)
         return state, history
 
@@ -709,8 +719,12 @@ def run(
     check_key(key)
     init_key, batch_key = jax.random.split(key)
     state = solver.init(problem, x0, y0, init_key)
-    go = _compiled_run(problem, solver, eval_fn, int(num_steps), int(eval_every))
-    state, history = go(state, batch_key)
+    go = _cached(_compiled_run, problem, solver, eval_fn, int(num_steps), int(eval_every))
+    run_id = next(_RUN_IDS)
+    try:  # the clock is read by callbacks while the dispatched run executes
+        state, history = jax.block_until_ready(go(state, batch_key, jnp.int32(run_id % 2**31)))
+    finally:
+        _CLOCKS.pop(run_id % 2**31, None)
     status = int(state.status)
     message = explain(status, int(state.failed_step))
     if status != OK and on_failure == "raise":

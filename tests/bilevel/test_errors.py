@@ -242,3 +242,23 @@ def test_repeated_runs_compile_once():
     # fall within the call's own time, not the time since the first run started)
     assert not np.array_equal(results[0].state.y["b"], results[1].state.y["b"])
     assert 0.0 <= float(results[2].history["seconds"][-1]) <= seconds[2]
+
+
+def test_an_unhashable_eval_fn_still_runs():
+    # the compiled loops are cached by their static parts; an eval_fn that cannot be hashed
+    # (a bound method of an eq=True dataclass) is compiled for its call instead of refused
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Evaluator:
+        scale: float = 2.0
+
+        def __call__(self, x, y):
+            return {"b_norm": self.scale * jnp.linalg.norm(y["b"])}
+
+    q = Quadratic()
+    solver = bilevel.soba(inner_lr=0.1, outer=0.1)
+    result = bilevel.run(
+        q.problem, solver, q.x0, q.y0, jax.random.key(0), 6, eval_every=3, eval_fn=Evaluator()
+    )
+    assert result.history["b_norm"].shape == (2,)

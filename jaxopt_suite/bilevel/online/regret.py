@@ -23,6 +23,7 @@ from jaxopt_suite.bilevel.online.problem import (
     _check_count,
     window_hypergradient,
 )
+from jaxopt_suite.bilevel.solvers import _cached
 
 
 class OnlineResult(NamedTuple):
@@ -87,9 +88,10 @@ def run_online(
     if eval_fn is not None and eval_every is None:
         eval_every = max(1, num_rounds // 20)
     state = solver.init(problem, x0, y0)
-    go = _compiled_rounds(
-        problem, solver, oracle, window, regret_every, eval_fn, eval_every, num_rounds
-    )
+    go = _cached(
+        _compiled_rounds, problem, solver, oracle, window, regret_every, eval_fn,
+        None if eval_fn is None else eval_every, num_rounds,
+    )  # fmt: skip
     state, history = go(state)
     history = jax.tree.map(np.asarray, history)
     if eval_fn is not None:
