@@ -10,7 +10,9 @@ keeps the rounds up to the best one, where ``k`` later rounds brought no improve
 fit itself runs all ``rounds`` in one compiled scan; only the kept rounds predict (the
 coordinate learner keeps one weight matrix, not one per round, so it is fitted again for the
 kept rounds, which repeat the first ones exactly: the rounds draw nothing at random). A fit
-that raises leaves the estimator as it was.
+that raises leaves the estimator as it was; one stopped by a numerical error warns.
+``random_state``: an int seeds the fit (row subsampling, the validation split); ``None`` or
+a ``numpy.random.RandomState`` draws the seed, as in scikit-learn.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import numbers
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +30,7 @@ try:
     from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
     from sklearn.model_selection import train_test_split
     from sklearn.utils.multiclass import check_classification_targets
-    from sklearn.utils.validation import check_is_fitted, validate_data
+    from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 except ImportError as error:  # pragma: no cover - exercised only without scikit-learn
     raise ImportError(
         "jaxopt_suite.boosting.estimators needs scikit-learn: pip install 'jaxopt_suite[bench]'"
@@ -35,14 +38,14 @@ except ImportError as error:  # pragma: no cover - exercised only without scikit
 
 from jaxopt_suite._checks import check_real
 from jaxopt_suite.boosting.binning import apply_bins
-from jaxopt_suite.boosting.fit import BoostingConfig, fit_boosting, predict_raw
+from jaxopt_suite.boosting.fit import BoostingConfig, FitStatus, fit_boosting, predict_raw
 from jaxopt_suite.boosting.losses import get_loss
 from jaxopt_suite.boosting.trees import tree_predict
 
 
 def best_round(eval_loss: np.ndarray, patience: int) -> int:
-    """The round kept by early stopping: the first round after which ``patience`` rounds
-    bring no lower validation loss (the last round if that never happens)."""
+    """The round kept by early stopping: the best round (lowest validation loss, the first
+    of equals) before ``patience`` rounds in a row bring no lower loss, or before the end."""
     best, best_value = 0, np.inf
     for r, value in enumerate(eval_loss):
         if value < best_value:
@@ -130,8 +133,18 @@ class _Boosting(BaseEstimator):
             lambda v: 0.0 < v < 1.0,
         )  # fmt: skip
 
+    def _seed(self) -> int:
+        """An int ``random_state`` is the seed; ``None`` or a ``RandomState`` draws one,
+        as in scikit-learn."""
+        state = self.random_state
+        if isinstance(state, numbers.Integral) and not isinstance(state, bool):
+            return int(state)
+        if state is None or isinstance(state, np.random.RandomState):
+            return int(check_random_state(state).randint(np.iinfo(np.int32).max))
+        raise ValueError(f"random_state must be None, an int or a RandomState, got {state!r}")
+
     def _fit(self, X, y, config, eval_set, stratify=None):
-        seed = 0 if self.random_state is None else int(self.random_state)
+        seed = self._seed()
         config = config.checked()
         if self.early_stopping_rounds is not None and eval_set is None:
             X, X_val, y, y_val = train_test_split(
@@ -143,6 +156,13 @@ class _Boosting(BaseEstimator):
             )
             eval_set = (X_val, y_val)
         result = fit_boosting(X, y, config, jax.random.key(seed), eval_set=eval_set)
+        if int(result.status) != FitStatus.OK:
+            warnings.warn(
+                "the fit stopped early: the score or the loss became non-finite (lower eta, "
+                "or raise l2 or min_child_weight); the model keeps the rounds before it",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         self.result_ = result
         self.model_ = result.model
         self.train_loss_ = np.asarray(result.train_loss)

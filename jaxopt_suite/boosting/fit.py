@@ -18,9 +18,8 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jaxopt_suite._checks import check_key
+from jaxopt_suite._checks import check_integer, check_key, check_settings
 from jaxopt_suite.boosting import steps as step_rules
 from jaxopt_suite.boosting.binning import BinEdges, apply_bins, check_features, fit_bins
 from jaxopt_suite.boosting.losses import get_loss
@@ -38,7 +37,8 @@ SELECTIONS = ("greedy", "cyclic", "all")
 
 class FitStatus(enum.IntEnum):
     OK = 0
-    NUMERICAL_ERROR = 1  # the score became non-finite; later rounds were not applied
+    NUMERICAL_ERROR = 1  # the score or the loss became non-finite; that round and later
+    # ones were not applied
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,22 +76,25 @@ class BoostingConfig:
             raise ValueError(f"histogram must be one of {HISTOGRAMS}, got {self.histogram!r}")
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
-        for name in ("rounds", "depth", "max_bins"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        # integers (not bools) >= 1, finite numbers: an infinite l2, L or M learned nothing
+        # without a word, an infinite eta ended in NUMERICAL_ERROR
+        check_settings(
+            self,
+            integers=("rounds", "depth", "max_bins"),
+            positive=("eta", "aicn_L", "grn_M"),
+            nonnegative=("l2", "min_child_weight", "min_split_gain"),
+            unit=("subsample",),
+        )
         if self.depth > 16:
             raise ValueError(f"depth must be <= 16 (2^depth leaves), got {self.depth}")
         if self.max_bins < 2:
             raise ValueError(f"max_bins must be >= 2, got {self.max_bins}")
-        for name in ("eta", "aicn_L", "grn_M"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("l2", "min_child_weight", "min_split_gain"):
-            if not float(getattr(self, name)) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if not 0.0 < float(self.subsample) <= 1.0:
-            raise ValueError(f"subsample must lie in (0, 1], got {self.subsample!r}")
+        coordinate = self.learner == "coordinate" or self.step == "newton_cd"
+        if coordinate and float(self.subsample) < 1.0:
+            raise ValueError(
+                f"subsample={self.subsample!r} needs a tree learner: the coordinate learner "
+                "sees every row in every round"
+            )
         if self.step == "aicn" and float(self.l2) == 0.0 and self.learner != "coordinate":
             raise ValueError(
                 "step='aicn' needs l2 > 0: the Hessian floor keeps logistic loss from "
@@ -107,7 +110,7 @@ class BoostingConfig:
 
     def hyper(self) -> dict:
         """The tunable numbers, passed as traced leaves (no recompile when they change)."""
-        names = ("eta", "l2", "min_child_weight", "min_split_gain", "aicn_L", "grn_M")
+        names = ("eta", "l2", "min_child_weight", "min_split_gain", "aicn_L", "grn_M", "subsample")
         return {k: jnp.asarray(float(getattr(self, k)), jnp.float32) for k in names}
 
 
@@ -137,16 +140,19 @@ class BoostingResult(NamedTuple):
     status: jax.Array  # () int32, FitStatus
 
 
-def _round_update(F, move, failed):
-    """Applies ``move`` unless it makes the score non-finite (then freezes the fit)."""
+def _round_update(F, move, failed, loss_of, last_loss):
+    """Applies ``move`` unless it makes the score or its loss ``loss_of(score)``
+    non-finite (then freezes the fit: a finite score of 130 under the Poisson loss
+    overflowed exp and went on as OK); returns the score, the flag and the score's loss."""
     new = F + move
-    finite = jnp.all(jnp.isfinite(new)) & ~failed
-    return jnp.where(finite, new, F), failed | ~finite
+    new_loss = loss_of(new)
+    finite = jnp.all(jnp.isfinite(new)) & jnp.isfinite(new_loss) & ~failed
+    return jnp.where(finite, new, F), failed | ~finite, jnp.where(finite, new_loss, last_loss)
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("loss", "rounds", "rule", "depth", "num_bins", "subsample", "histogram"),
+    static_argnames=("loss", "rounds", "rule", "depth", "num_bins", "sampled", "histogram"),
 )
 def _fit_trees(
     bins,
@@ -161,7 +167,7 @@ def _fit_trees(
     rule,
     depth,
     num_bins,
-    subsample,
+    sampled,
     histogram,
 ):
     K = loss.num_outputs
@@ -170,11 +176,14 @@ def _fit_trees(
     F0 = jnp.broadcast_to(base, (n, K)).astype(jnp.float32)
     E0 = jnp.broadcast_to(base, (eval_bins.shape[0], K)).astype(jnp.float32)
 
+    def train_loss(F):
+        return jnp.mean(loss.value(y, F))
+
     def round_(carry, round_key):
-        F, E, failed = carry
+        F, E, failed, last_loss = carry
         g, h = loss.grad_hess(y, F)
-        if subsample < 1.0:
-            keep = jax.random.bernoulli(round_key, subsample, (n, 1)).astype(F.dtype)
+        if sampled:  # whether rows are drawn is static, the fraction is not
+            keep = jax.random.bernoulli(round_key, hyper["subsample"], (n, 1)).astype(F.dtype)
             g, h = g * keep, h * keep
         l2 = hyper["l2"]
         if rule == "grn":
@@ -196,21 +205,23 @@ def _fit_trees(
             rule, hyper["eta"], grad_dot, curvature, hyper["aicn_L"]
         )
         d = jnp.take_along_axis(w, fit.leaf, axis=1).T  # (n, K)
-        F, failed = _round_update(F, scale * d, failed)
-        tree = fit.tree._replace(value=jnp.where(failed, 0.0, scale) * w)
+        F, failed, last_loss = _round_update(F, scale * d, failed, train_loss, last_loss)
+        # zero the whole product: a failed round's leaves may be NaN, and 0 * NaN is NaN
+        tree = fit.tree._replace(value=jnp.where(failed, 0.0, scale * w))
         E = E + jax.vmap(lambda t: tree_predict(t, eval_bins))(tree).T
         trace = (
-            jnp.mean(loss.value(y, F)),
+            last_loss,
             jnp.mean(loss.value(eval_y, E)) if eval_y.shape[0] else jnp.nan,
             delta,
             t_star,
             alpha,
             jnp.where(failed, 0.0, scale),
         )
-        return (F, E, failed), (tree, trace)
+        return (F, E, failed, last_loss), (tree, trace)
 
     keys = jax.random.split(key, rounds)
-    (_, _, failed), (trees, trace) = jax.lax.scan(round_, (F0, E0, jnp.zeros((), bool)), keys)
+    start = (F0, E0, jnp.zeros((), bool), train_loss(F0))
+    (_, _, failed, _), (trees, trace) = jax.lax.scan(round_, start, keys)
     return base, trees, trace, failed
 
 
@@ -231,7 +242,7 @@ def _fit_coordinates(X, y, eval_X, eval_y, hyper, *, loss, rounds, rule, selecti
         )
 
     def round_(carry, r):
-        W, failed = carry
+        W, failed, last_loss = carry
         F = Xa @ W
         g, h = loss.grad_hess(y, F)
         reg = l2 * penalised
@@ -255,18 +266,21 @@ def _fit_coordinates(X, y, eval_X, eval_y, hyper, *, loss, rounds, rule, selecti
         scale, t_star, delta, alpha = step_rules.step_size(
             rule, hyper["eta"], grad_dot, curvature, hyper["aicn_L"]
         )
-        W, failed = _round_update(W, scale * dW, failed)
+        W, failed, last_loss = _round_update(
+            W, scale * dW, failed, lambda W: objective(W, Xa, y), last_loss
+        )
         trace = (
-            objective(W, Xa, y),
+            last_loss,
             objective(W, Ea, eval_y) if eval_y.shape[0] else jnp.nan,
             delta,
             t_star,
             alpha,
             jnp.where(failed, 0.0, scale),
         )
-        return (W, failed), trace
+        return (W, failed, last_loss), trace
 
-    (W, failed), trace = jax.lax.scan(round_, (W0, jnp.zeros((), bool)), jnp.arange(rounds))
+    start = (W0, jnp.zeros((), bool), objective(W0, Xa, y))
+    (W, failed, _), trace = jax.lax.scan(round_, start, jnp.arange(rounds))
     return W, trace, failed
 
 
@@ -319,7 +333,7 @@ def fit_boosting(
             rule=config.step,
             depth=int(config.depth),
             num_bins=edges.num_bins,
-            subsample=float(config.subsample),
+            sampled=float(config.subsample) < 1.0,
             histogram=resolve_histogram(config.histogram),
         )
         model = BoostingModel(base=base, trees=trees, weights=None, bins=edges)
@@ -344,18 +358,23 @@ def predict_raw(model: BoostingModel, X, rounds: int | None = None) -> jax.Array
             raise ValueError(f"X has {X.shape[1]} features, the model {model.weights.shape[0]}")
         return jnp.asarray(X, jnp.float32) @ model.weights + model.base[None, :]
     total = model.trees.value.shape[0]
-    rounds = total if rounds is None else int(rounds)
-    if not 0 <= rounds <= total:
+    rounds = total if rounds is None else check_integer("rounds", rounds, 0)  # 2.7 was 2
+    if rounds > total:
         raise ValueError(f"rounds must lie in [0, {total}], got {rounds}")
-    return _predict_trees(model.trees, apply_bins(model.bins, X), model.base, rounds)
+    bins = apply_bins(model.bins, X)
+    return _predict_trees(model.trees, bins, model.base, jnp.asarray(rounds, jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnames=("rounds",))
-def _predict_trees(trees: Tree, bins, base, rounds: int):
-    used = jax.tree.map(lambda a: a[:rounds], trees)
+@jax.jit
+def _predict_trees(trees: Tree, bins, base, rounds: jax.Array):
+    """The first ``rounds`` trees' sum; ``rounds`` is traced, so predicting round by round
+    compiles once (the later trees add exact zeros)."""
 
-    def add(F, tree):
-        return F + jax.vmap(lambda t: tree_predict(t, bins))(tree).T, None
+    def add(F, tree_and_round):
+        tree, r = tree_and_round
+        contribution = jax.vmap(lambda t: tree_predict(t, bins))(tree).T
+        return F + jnp.where(r < rounds, contribution, 0.0), None
 
     F0 = jnp.broadcast_to(base, (bins.shape[0], base.shape[0])).astype(jnp.float32)
-    return jax.lax.scan(add, F0, used)[0]
+    total = trees.value.shape[0]
+    return jax.lax.scan(add, F0, (trees, jnp.arange(total)))[0]

@@ -95,6 +95,24 @@ def test_best_round_rule():
     assert best_round(np.array([3.0, 2.0, 2.5, 2.6, 1.0]), 2) == 1
     assert best_round(np.array([3.0, 2.0, 2.5, 1.0]), 3) == 3
     assert best_round(np.array([1.0, 1.0, 1.0]), 1) == 0
+    # patience never used up: the best round seen, not the last
+    assert best_round(np.array([5.0, 4.0, 3.0, 3.5, 3.6]), 5) == 2
+
+
+def test_random_state_and_failed_fits():
+    X, y = _noise(60, 3)
+    # a RandomState is taken as scikit-learn takes it (it crashed in int())
+    model = AICNBoostingClassifier(rounds=2, subsample=0.5, random_state=np.random.RandomState(0))
+    model.fit(X, y)
+    with pytest.raises(ValueError, match="random_state must be None, an int or a RandomState"):
+        AICNBoostingClassifier(rounds=2, random_state="seed").fit(X, y)
+    # a fit that stops on a numerical error says so (its status was not read)
+    counts = np.zeros(60)
+    counts[0] = 1e6
+    regressor = AICNBoostingRegressor(loss="poisson", step="newton", rounds=3, eta=2.0)
+    with pytest.warns(RuntimeWarning, match="the fit stopped early"):
+        regressor.fit(X, counts)
+    assert np.all(np.isfinite(regressor.predict(X)))
 
 
 @pytest.mark.parametrize("loss", ["squared", "poisson"])

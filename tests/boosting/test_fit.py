@@ -211,6 +211,65 @@ def test_bad_input_is_named(key):
         fit_boosting(X, y[:-1], BoostingConfig(rounds=2), key)
     with pytest.raises(TypeError, match="PRNG key"):
         fit_boosting(X, y, BoostingConfig(rounds=2), 0)
+    # infinite settings learned nothing (or failed) without a word; a bool is no count
+    for field, value, message in (
+        ("l2", np.inf, "l2 must be finite and >= 0, got inf"),
+        ("eta", np.inf, "eta must be finite and > 0, got inf"),
+        ("aicn_L", np.inf, "aicn_L must be finite and > 0"),
+        ("rounds", True, "rounds must be an integer >= 1, got True"),
+        ("subsample", 1.5, r"subsample must lie in \(0, 1\]"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            fit_boosting(X, y, BoostingConfig(**{field: value}), key)
+    # the coordinate learner sees every row: a subsample was silently ignored
+    with pytest.raises(ValueError, match="subsample=0.5 needs a tree learner"):
+        fit_boosting(X, y, BoostingConfig(step="newton_cd", subsample=0.5), key)
+
+
+def test_a_failed_round_is_not_applied_and_its_loss_must_be_finite(key):
+    # a finite score of ~130 overflows the Poisson loss: the round was kept as OK, the next
+    # produced NaN leaves that the model stored (0 * NaN), predicting NaN everywhere
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    y = np.zeros(60)
+    y[0] = 1e6
+    config = BoostingConfig(loss="poisson", step="newton", rounds=3, eta=2.0)
+    result = fit_boosting(X, y, config, key)
+    assert int(result.status) == FitStatus.NUMERICAL_ERROR
+    assert np.all(np.isfinite(np.asarray(result.train_loss)))
+    assert np.all(np.isfinite(np.asarray(result.model.trees.value)))
+    failed = int(np.argmax(np.asarray(result.step) == 0.0))
+    kept = predict_raw(result.model, X, failed)  # the rounds before the failed one
+    np.testing.assert_array_equal(predict_raw(result.model, X), kept)
+
+
+def test_predicting_round_by_round_compiles_once(key):
+    from jaxopt_suite.boosting import fit
+
+    data = load_breast_cancer()
+    result = fit_boosting(data.x_train, data.y_train, BoostingConfig(rounds=6), key)
+    before = fit._predict_trees._cache_size()
+    F = [np.asarray(predict_raw(result.model, data.x_test, r)) for r in range(7)]
+    assert fit._predict_trees._cache_size() <= before + 1
+    np.testing.assert_array_equal(F[-1], predict_raw(result.model, data.x_test))
+    assert not np.array_equal(F[2], F[3])
+    with pytest.raises(ValueError, match="rounds must be an integer >= 0, got 2.7"):
+        predict_raw(result.model, data.x_test, 2.7)
+    with pytest.raises(ValueError, match=r"rounds must lie in \[0, 6\], got 7"):
+        predict_raw(result.model, data.x_test, 7)
+
+
+def test_a_new_subsample_fraction_does_not_compile_the_fit_again(key):
+    from jaxopt_suite.boosting import fit
+
+    data = load_breast_cancer()
+    fits = [
+        fit_boosting(data.x_train, data.y_train, BoostingConfig(rounds=3, subsample=s), key)
+        for s in (0.5, 0.6, 0.7)
+    ]
+    size = fit._fit_trees._cache_size()
+    fit_boosting(data.x_train, data.y_train, BoostingConfig(rounds=3, subsample=0.8), key)
+    assert fit._fit_trees._cache_size() == size
+    assert not np.array_equal(fits[0].train_loss, fits[2].train_loss)
 
 
 def test_softmax_hessian_is_a_diagonal_upper_bound():
