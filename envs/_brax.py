@@ -16,6 +16,7 @@ from __future__ import annotations
 import warnings
 
 import jax
+import jax.numpy as jnp
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "JAXopt is no longer maintained", DeprecationWarning)
@@ -28,6 +29,12 @@ with warnings.catch_warnings():
 __all__ = ["Ant", "Env", "State", "Wrapper", "base", "load_body", "training"]
 
 
+def _strong(value) -> jax.Array:
+    """``value`` with its own dtype, strongly typed."""
+    array = jnp.asarray(value)
+    return jnp.asarray(array, dtype=array.dtype)
+
+
 class _AllowRankPromotion(Wrapper):
     """Runs the wrapped Brax body with implicit rank promotion allowed."""
 
@@ -36,8 +43,17 @@ class _AllowRankPromotion(Wrapper):
             return self.env.reset(rng)
 
     def step(self, state: State, action: jax.Array) -> State:
+        # Brax updates the metrics dict in place: a copy keeps the caller's state intact
+        state = state.replace(metrics=dict(state.metrics))
         with jax.numpy_rank_promotion("allow"):
-            return self.env.step(state, action)
+            new = self.env.step(state, action)
+        # Brax's step returns weakly typed reward, done and metrics where its reset returns
+        # strong float32 ones, so a jitted step compiled twice (once per state type)
+        return new.replace(
+            reward=_strong(new.reward),
+            done=_strong(new.done),
+            metrics={name: _strong(value) for name, value in new.metrics.items()},
+        )
 
     @property
     def observation_size(self) -> int:

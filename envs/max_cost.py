@@ -83,7 +83,7 @@ class _RepeatAction(Wrapper):
     which would drop the cost increments of the other repeats. Here the reward and the
     increments are summed over the repeats, the cost is their maximum (a repeated step violates
     the constraint if any of its states does), and ``done`` is set if any repeat ended the
-    episode.
+    episode; the repeats after the one that ended it change nothing.
     """
 
     def __init__(self, env: Env, action_repeat: int):
@@ -91,13 +91,22 @@ class _RepeatAction(Wrapper):
         self.action_repeat = action_repeat
 
     def step(self, state: State, action: jax.Array) -> State:
-        def substep(state, _):
-            state = self.env.step(state, action)
-            increment = state.info.get("cost_increment", jnp.zeros_like(state.info["cost"]))
-            return state, (state.reward, state.done, state.info["cost"], increment)
+        def substep(carry, _):
+            state, ended = carry
+            new = self.env.step(state, action)
+            # once a repeat ends the episode, the later ones neither move the state nor earn
+            # or cost anything (they paid a goal bonus again and met hazards never reached)
+            new = jax.tree.map(lambda kept, moved: jnp.where(ended, kept, moved), state, new)
+            increment = new.info.get("cost_increment", jnp.zeros_like(new.info["cost"]))
+            outputs = tuple(
+                jnp.where(ended, jnp.zeros_like(v), v)
+                for v in (new.reward, new.done, new.info["cost"], increment)
+            )
+            return (new, ended | (new.done > 0)), outputs
 
-        state, (rewards, dones, costs, increments) = jax.lax.scan(
-            substep, state, None, length=self.action_repeat
+        start = (state, jnp.zeros(jnp.shape(state.done), bool))
+        (state, _), (rewards, dones, costs, increments) = jax.lax.scan(
+            substep, start, None, length=self.action_repeat
         )
         aggregated = {"cost": jnp.max(costs, axis=0)}
         if "cost_increment" in state.info:

@@ -147,9 +147,20 @@ def _energy(state: State, action: jax.Array, next_state: State) -> jax.Array:
     return energy_efficiency(action)
 
 
+# Brax options that only weight terms of its scalar reward, which no objective reads (they
+# take the raw velocities and their own energy): accepted, they would change nothing
+_UNREAD_REWARD_WEIGHTS = ("forward_reward_weight", "ctrl_cost_weight", "contact_cost_weight")
+
+
 def _load(body: str, backend: str, body_kwargs: dict) -> Env:
     # Checked before loading the body, which takes a while.
     check_kind(backend, BACKENDS, "backend")
+    unread = sorted(set(body_kwargs) & set(_UNREAD_REWARD_WEIGHTS))
+    if unread:
+        raise ValueError(
+            f"{', '.join(unread)} weight Brax's scalar reward, which the objectives do not read "
+            "(they take the raw velocities and their own energy term): leave them out"
+        )
     return load_body(body, backend=backend, **body_kwargs)
 
 

@@ -99,3 +99,17 @@ def test_ant_goal_hazards_reward_and_cost():
     np.testing.assert_allclose(trace["cost"], expected, rtol=1e-4, atol=1e-5)
     assert np.count_nonzero(expected) > 0
     assert jnp.dtype(trace["cost"].dtype) == jnp.float32
+
+
+def test_a_brax_step_keeps_its_input_and_compiles_once(hopper):
+    # Brax wrote the new metrics into the caller's state, and its step returned weakly typed
+    # reward, done and metrics where reset returns strong ones: jit(step) compiled twice
+    env = hopper[0]
+    state = jax.jit(env.reset)(jax.random.key(0))
+    before = {name: np.asarray(value) for name, value in state.metrics.items()}
+    step = jax.jit(env.step)
+    moved = step(state, jnp.ones(env.action_size))
+    for name, value in before.items():
+        np.testing.assert_array_equal(np.asarray(state.metrics[name]), value, err_msg=name)
+    step(moved, jnp.ones(env.action_size))
+    assert step._cache_size() == 1

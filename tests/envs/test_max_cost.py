@@ -120,3 +120,24 @@ def test_wrap_for_training_checks_its_input():
         envs.wrap_for_training(envs.make("point_goal_hazards"), 0)
     with pytest.raises(ValueError, match="action_repeat=1.5 must be a positive int"):
         envs.wrap_for_training(envs.make("point_goal_hazards"), 10, action_repeat=1.5)
+
+
+def test_repeats_after_the_end_of_an_episode_change_nothing():
+    # Straight at a goal past a hazard: the episode ends at the goal within a repeated step.
+    # The repeats after it paid the goal bonus again and met a hazard never reached.
+    env = envs.make("point_goal_hazards", centres=[(2.0, 0.0)], size=0.15, start_noise=0.0)
+    first_episode = {}
+    for repeat in (1, 4):
+        wrapped = envs.wrap_for_training(env, 200, action_repeat=repeat)
+        state = wrapped.reset(jax.random.split(jax.random.key(1), 1))
+
+        def body(state, _, wrapped=wrapped):
+            state = wrapped.step(state, jnp.array([[1.0, 0.0]]))
+            metrics = state.info["episode_metrics"]
+            return state, (state.info["episode_done"][0], metrics["sum_reward"][0],
+                           metrics["cost"][0], metrics["cost_increment"][0])  # fmt: skip
+
+        _, (done, ret, cost, max_cost) = jax.lax.scan(body, state, None, 100 // repeat)
+        end = int(np.flatnonzero(np.asarray(done))[0])
+        first_episode[repeat] = np.array([ret[end], cost[end], max_cost[end]])
+    np.testing.assert_allclose(first_episode[4], first_episode[1], rtol=1e-5, atol=1e-7)

@@ -285,6 +285,9 @@ def test_registry():
         ("mo_hopper", {"height_weight": -1.0}, r"height_weight=-1.0 must be >= 0"),
         ("mo_ant", {"backend": "brax"}, r"backend='brax' must be one of"),
         ("mo_halfcheetah", {"backend": ""}, r"backend='' must be one of"),
+        # weights of Brax's scalar reward, which no objective reads: they changed nothing
+        ("mo_hopper", {"ctrl_cost_weight": 1000.0}, r"ctrl_cost_weight weight Brax's scalar"),
+        ("mo_halfcheetah", {"forward_reward_weight": 0.0}, r"forward_reward_weight weight"),
     ],
 )
 def test_bad_options_name_the_argument(name, kwargs, message):
