@@ -291,10 +291,19 @@ def make_aggregator(
             raise ValueError(f"num_byzantine must lie in [0, {n}], got {num_byzantine}")
     else:
         _check_byzantine(name, n, num_byzantine, need)
-    if name in ("mean", "coordinate_median", "sign_majority"):
-        return rule
-    if name == "centered_clipping":
-        return lambda u, center=None: rule(u, center, **settings)
     if name in ("trimmed_mean", "krum", "multi_krum"):
-        return lambda u: rule(u, num_byzantine, **settings)
-    return lambda u: rule(u, **settings)
+        settings = {"num_byzantine": num_byzantine, **settings}
+
+    def aggregate(updates, *center):
+        # the tolerance was checked for n workers: another count would void it unseen
+        rows = {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in jax.tree.leaves(updates)}
+        if rows != {n}:
+            raise ValueError(
+                f"this {name} aggregator was made for num_workers={n} updates, got leading "
+                f"axes {sorted(rows, key=str)}"
+            )
+        return rule(updates, *center, **settings)
+
+    if name == "centered_clipping":
+        return lambda updates, center=None: aggregate(updates, center)
+    return aggregate

@@ -168,6 +168,15 @@ def test_robust_rules_keep_out_non_finite_and_overflowing_updates(key, value):
     )
 
 
+def test_an_aggregator_holds_to_its_worker_count():
+    # its Byzantine tolerance was checked for num_workers; a median built for 10 workers with
+    # 4 Byzantine aggregated 3 updates without a word
+    median = make_aggregator("coordinate_median", num_workers=10, num_byzantine=4)
+    with pytest.raises(ValueError, match=r"num_workers=10 updates, got leading axes \[3\]"):
+        median(jnp.ones((3, 2)))
+    np.testing.assert_array_equal(median(jnp.ones((10, 2))), jnp.ones(2))
+
+
 def test_centered_clippings_center_must_be_laid_out_as_an_update():
     U = {"a": jnp.ones((3, 2)), "b": 10.0 * jnp.ones((3, 3))}
     # as many entries, another layout: it was ravelled into the wrong coordinates
