@@ -268,7 +268,8 @@ def collect(
 def _rollouts(env, policy, horizon: int):
     """``collect``'s jitted rollouts ``run(preferences (P, m), keys (P, E), action_noise)``,
     cached by ``env``, ``policy`` and ``horizon`` so repeated collections (another quality,
-    coverage or seed) compile once."""
+    coverage or seed) compile once. The cache keeps its last 16 environments and policies
+    alive."""
 
     def episode(preference, key, action_noise):
         reset_key, steps_key = jax.random.split(key)

@@ -120,7 +120,8 @@ def _compiled_rounds(
     problem, solver, oracle, window: int, regret_every: int, eval_fn, eval_every, num_rounds: int
 ):
     """``run_online``'s jitted scan over the rounds, cached by its static parts (problems,
-    solvers and oracles hash by identity), so that repeated runs compile once."""
+    solvers and oracles hash by identity), so that repeated runs compile once. The cache
+    keeps its last 8 streams alive."""
 
     def charge(state, t):
         dtype = jnp.result_type(*jax.tree.leaves(state.x))
