@@ -339,7 +339,8 @@ def _prepare_cached(
 def clear_caches() -> None:
     """Drops the cached preconditioning and device data of earlier LPs and matrices (a
     solve of a new matrix then pays for them again)."""
-    for cached in (_prepare_cached, _device_copy, _equilibrated, _batched_advance, _solver_view):
+    caches = (_prepare_cached, _device_copy, _equilibrated, _batched_advance, _solver_view)
+    for cached in (*caches, _limits):
         cached.cache_clear()
 
 
@@ -515,10 +516,13 @@ def _solve(data: _Data, x0, y0, options: LPOptions, deadline, limits):
     return _advance(data, _initial_state(x0, y0), options, None, deadline, limits)
 
 
+@functools.lru_cache(maxsize=64)
 def _limits(options: LPOptions, dtype) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(tolerance, infeasibility_tolerance, max_iterations)``: traced arguments of the
     compiled loops, so a new value does not compile them again (:func:`_compiled_options`);
-    the tolerances in the data's ``dtype``, as the residuals they are compared with."""
+    the tolerances in the data's ``dtype``, as the residuals they are compared with. Cached:
+    a branch-and-bound advances its batch thousands of times, and three transfers a call
+    took a sixth of its time at one slot."""
     return (
         jnp.asarray(options.tolerance, dtype),
         jnp.asarray(options.infeasibility_tolerance, dtype),
