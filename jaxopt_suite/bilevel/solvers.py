@@ -721,11 +721,11 @@ def run(
     init_key, batch_key = jax.random.split(key)
     state = solver.init(problem, x0, y0, init_key)
     go = _cached(_compiled_run, problem, solver, eval_fn, int(num_steps), int(eval_every))
-    run_id = next(_RUN_IDS)
+    run_id = next(_RUN_IDS) % 2**31  # an int32 argument
     try:  # the clock is read by callbacks while the dispatched run executes
-        state, history = jax.block_until_ready(go(state, batch_key, jnp.int32(run_id % 2**31)))
+        state, history = jax.block_until_ready(go(state, batch_key, jnp.int32(run_id)))
     finally:
-        _CLOCKS.pop(run_id % 2**31, None)
+        _CLOCKS.pop(run_id, None)
     status = int(state.status)
     message = explain(status, int(state.failed_step))
     if status != OK and on_failure == "raise":

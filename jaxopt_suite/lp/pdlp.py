@@ -785,6 +785,12 @@ def _dual_bounds(lp: LP, costs, lower, upper, y) -> tuple[np.ndarray, np.ndarray
     return np.where(finite & (bounds < np.inf), bounds, -np.inf), lam
 
 
+def _first_entry(mask: np.ndarray) -> tuple[int, int] | None:
+    """``(instance, index)`` of the first true entry of a ``(B, k)`` mask, or ``None``."""
+    bad = np.argwhere(mask)
+    return (int(bad[0, 0]), int(bad[0, 1])) if bad.size else None
+
+
 def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
     """Checked float64 ``(lower, upper, costs, x0, y0)`` for a batch of instances."""
     m, n = lp.A.shape
@@ -802,13 +808,13 @@ def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
     if costs.shape != (batch, n):
         raise ValueError(f"c must have shape ({batch}, {n}), got {costs.shape}")
     for name, values in (("c", costs), ("var_lower", lower), ("var_upper", upper)):
-        bad = np.argwhere(np.isnan(values) | (np.isinf(values) if name == "c" else False))
-        if bad.size:
-            b, j = (int(v) for v in bad[0])
+        bad = _first_entry(np.isnan(values) | (np.isinf(values) if name == "c" else False))
+        if bad is not None:
+            b, j = bad
             raise ValueError(f"instance {b}: {name} of {lp.col_label(j)} is {values[b, j]}")
-    bad = np.argwhere((lower > upper) | (lower == np.inf) | (upper == -np.inf))
-    if bad.size:
-        b, j = (int(v) for v in bad[0])
+    bad = _first_entry((lower > upper) | (lower == np.inf) | (upper == -np.inf))
+    if bad is not None:
+        b, j = bad
         raise ValueError(
             f"instance {b}: var_lower > var_upper (or an infinite bound on the wrong side) "
             f"for {lp.col_label(j)}: {lower[b, j]} > {upper[b, j]}"
@@ -823,9 +829,9 @@ def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
                 f"and {y0.shape}"
             )
         for name, values in (("x", x0), ("y", y0)):  # as solve_lp's warm start must be
-            bad = np.argwhere(~np.isfinite(values))
-            if bad.size:
-                b, j = (int(v) for v in bad[0])
+            bad = _first_entry(~np.isfinite(values))
+            if bad is not None:
+                b, j = bad
                 raise ValueError(
                     f"warm_start {name} must be finite; instance {b} has {values[b, j]} at "
                     f"index {j}"

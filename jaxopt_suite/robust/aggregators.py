@@ -80,6 +80,11 @@ OPTIONS = {
 }
 
 
+def _leading_sizes(updates: Any) -> set[int | None]:
+    """The leading (worker) axis lengths of the leaves (``None`` for a scalar leaf)."""
+    return {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in jax.tree.leaves(updates)}
+
+
 def stack(updates: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
     """``(M, unravel)``: the updates as an ``(n, D)`` matrix (one row per worker) and the
     map from a ``(D,)`` vector back to one update's pytree. Leaves must share the leading
@@ -87,7 +92,7 @@ def stack(updates: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
     leaves = jax.tree.leaves(updates)
     if not leaves:
         raise ValueError("updates is an empty pytree")
-    sizes = {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in leaves}
+    sizes = _leading_sizes(updates)
     if None in sizes or len(sizes) != 1:
         shapes = [jnp.shape(leaf) for leaf in leaves]
         raise ValueError(
@@ -296,7 +301,7 @@ def make_aggregator(
 
     def aggregate(updates, *center):
         # the tolerance was checked for n workers: another count would void it unseen
-        rows = {jnp.shape(leaf)[0] if jnp.ndim(leaf) else None for leaf in jax.tree.leaves(updates)}
+        rows = _leading_sizes(updates)
         if rows != {n}:
             raise ValueError(
                 f"this {name} aggregator was made for num_workers={n} updates, got leading "
