@@ -201,6 +201,8 @@ def time_interleaved(fns: dict[str, Callable], *args: Any, repeats: int = 7) -> 
     Round-robin repeats spread the machine's drift (other load, frequency changes) over
     every function alike, so the ratios between them are what the run can trust.
     """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     compiled, compile_s = {}, {}
     for name, fn in fns.items():
         start = time.perf_counter()

@@ -84,6 +84,8 @@ def update_readme(readme: Path, results_dir: Path) -> None:
     if START not in text or END not in text:
         raise ValueError(f"{readme} has no benchmark markers ({START} ... {END})")
     head, rest = text.split(START, 1)
+    if END not in rest:
+        raise ValueError(f"{readme}: the marker {END} must come after {START}")
     _, tail = rest.split(END, 1)
     body = render(results_dir.resolve(), readme.resolve().parent)
     readme.write_text(head + START + "\n" + body + END + tail)

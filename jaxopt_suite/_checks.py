@@ -26,8 +26,15 @@ def check_key(key: Any, name: str = "key") -> None:
 
 
 def check_integer(name: str, value: Any, minimum: int = 0) -> int:
-    """``value`` as an int, or a ValueError unless it is an integer (not a bool) >= minimum."""
+    """``value`` as an int, or a ValueError unless it is a Python or NumPy integer (not a
+    bool) >= minimum. An integer array, even 0-d, is refused with its own message: these
+    settings fix shapes and loop counts, and a static argument must be a hashable int."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        if getattr(value, "dtype", None) is not None and not isinstance(value, np.generic):
+            raise ValueError(
+                f"{name} must be an integer >= {minimum} given as a Python or NumPy int, got "
+                f"an array {value!r}; pass int(...) of a concrete one"
+            )
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
@@ -40,7 +47,10 @@ def check_real(name: str, value: Any, expected: str, ok: Callable[[float], bool]
     if isinstance(value, jax.core.Tracer):
         return
     try:
-        values = np.asarray(value, np.float64)
+        raw = np.asarray(value)
+        if raw.dtype.kind not in "biuf":  # strings, bytes, objects: not numbers
+            raise TypeError
+        values = raw.astype(np.float64)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must {expected} (a real number), got {value!r}") from None
     if not all(ok(float(v)) for v in values.ravel()):

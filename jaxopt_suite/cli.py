@@ -117,14 +117,17 @@ def _bench(args, parser) -> int:
     return 0
 
 
-def _report(args) -> int:
+def _report(args, parser) -> int:
     _benchmarks()
     from benchmarks.harness import DEFAULT_RESULTS_DIR
     from benchmarks.report import update_readme
 
     results = Path(args.results) if args.results else DEFAULT_RESULTS_DIR
     readme = Path(args.readme) if args.readme else DEFAULT_RESULTS_DIR.parent.parent / "README.md"
-    update_readme(readme, results)
+    try:
+        update_readme(readme, results)
+    except (ValueError, OSError) as err:  # the user's folder or file: a message, exit 2
+        parser.error(str(err))
     print(f"updated {readme} from {results}")
     return 0
 
@@ -140,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     report = commands.add_parser("report", help="rewrite the README benchmark tables")
     report.add_argument("--results", metavar="DIR", help="JSON directory (benchmarks/results)")
     report.add_argument("--readme", metavar="FILE", help="README to update (README.md)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args, unknown = parser.parse_known_args(argv)
+    if args.command == "bench":
+        # suites and options in any order ('bench robust --quick morl'): parse_known_args
+        # ends the suites at the first option and would leave 'morl' unrecognised
+        args = bench.parse_intermixed_args(argv[argv.index("bench") + 1 :])
+        args.command, unknown = "bench", []
     if unknown:
         # Report against the subcommand, so the message lists that command's options.
         {"bench": bench, "report": report}.get(args.command, parser).error(
@@ -150,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     if args.command == "report":
-        return _report(args)
+        return _report(args, report)
     return _bench(args, bench)
 
 

@@ -2,6 +2,7 @@
 
 import json
 import platform
+import re
 import sys
 import types
 
@@ -126,7 +127,7 @@ def test_progress_stages_are_silent_when_disabled():
         advance(2)
 
 
-def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch):
+def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch, capsys):
     from benchmarks.report import END, START
 
     seen = []
@@ -146,24 +147,48 @@ def test_report_rewrites_only_the_marked_block(tmp_path, monkeypatch):
     assert "| \\|slope + 2\\| / 2 | 0.1 | <= 0.2 | yes |" in text
     assert "| method | seconds | 1 | anchor | 4 | 0.25 |" in text
     assert "![tiny benchmark](results/tiny.png)" in text
+
+    def refused(message, folder=results):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["report", "--results", str(folder), "--readme", str(readme)])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert re.search(message, err), err
+
     readme.write_text("no markers\n")
-    with pytest.raises(ValueError, match="no benchmark markers"):
-        cli.main(["report", "--results", str(results), "--readme", str(readme)])
+    refused("no benchmark markers")
+    readme.write_text(f"{END}\nstale\n{START}\n")
+    refused(f"the marker {re.escape(END)} must come after")
     # A JSON file that is not a suite's result (a probe's, say) is refused by name, not read
     # until a KeyError.
     readme.write_text(f"intro\n{START}\n{END}\n")
     (results / "probe.json").write_text(json.dumps({"rows": [1, 2]}))
-    with pytest.raises(ValueError, match=r"probe\.json is not a suite's result .*suite, command"):
-        cli.main(["report", "--results", str(results), "--readme", str(readme)])
+    refused(r"probe\.json is not a suite's result .*suite, command")
     assert readme.read_text() == f"intro\n{START}\n{END}\n"
     # A missing or empty results folder would empty the block: refused, README untouched.
     (results / "probe.json").unlink()
     cli.main(["report", "--results", str(results), "--readme", str(readme)])
     done = readme.read_text()
     for folder, message in ((tmp_path / "missing", "does not exist"), (tmp_path, "no suite")):
-        with pytest.raises(ValueError, match=message):
-            cli.main(["report", "--results", str(folder), "--readme", str(readme)])
+        refused(message, folder)
         assert readme.read_text() == done
+    readme.unlink()  # a README that is not there: a message, not a traceback
+    refused("No such file or directory")
+
+
+def test_timing_needs_a_repeat():
+    for repeats in (0, 2.5, True):
+        with pytest.raises(ValueError, match=f"repeats must be an int >= 1, got {repeats!r}"):
+            time_jitted(lambda x: x + 1, 1.0, repeats=repeats)
+
+
+def test_suites_may_follow_options(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setitem(benchmarks.SUITES, "tiny", "tests.tiny_suite")
+    monkeypatch.setitem(sys.modules, "tests.tiny_suite", _tiny_suite(seen))
+    out = tmp_path / "out"
+    assert cli.main(["bench", "tiny", "--out", str(out), "tiny", "--no-progress"]) == 0
+    assert seen == [out, out]
 
 
 def test_json_records_the_commit_checked_out_when_the_run_started(tmp_path, monkeypatch):
