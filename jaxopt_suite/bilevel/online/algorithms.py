@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any, Literal
@@ -109,8 +110,8 @@ class OnlineSolver:
 def _positive(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a positive float, got {value!r}")
-    if not float(value) > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if not 0 < float(value) < math.inf:  # an infinite tolerance or rate: a learner that never moves
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
     return float(value)
 
 

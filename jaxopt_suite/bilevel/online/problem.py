@@ -174,8 +174,10 @@ def window_data(problem: OnlineBilevelProblem, t: jax.Array, window: int) -> tup
     """``(d_{t - i} for i < window)`` stacked on a leading axis, and the mask ``t - i >= 0``.
 
     Rounds before the first are clamped to round 0 and masked out: following Hazan, Singh
-    and Zhang (2017), functions of rounds ``< 0`` are zero.
+    and Zhang (2017), functions of rounds ``< 0`` are zero. ``window`` is a Python int >= 1
+    (it fixes the stack's length).
     """
+    window = _check_count("window", window)
     offsets = jnp.arange(window, dtype=jnp.int32)
     rounds = t - offsets
     valid = rounds >= 0
@@ -184,7 +186,9 @@ def window_data(problem: OnlineBilevelProblem, t: jax.Array, window: int) -> tup
 
 
 def window_hypergradient(oracle, problem, x, y_hint, t, window):
-    """``nabla F_{t,W}(x) = (1/W) sum_{i<W, t-i>=0} nabla F_{t-i}(x)`` from ``oracle``."""
+    """``nabla F_{t,W}(x) = (1/W) sum_{i<W, t-i>=0} nabla F_{t-i}(x)`` from ``oracle``
+    (``window``: a Python int >= 1)."""
+    window = _check_count("window", window)
     data, valid = window_data(problem, t, window)
     grads = jax.vmap(lambda d: oracle(x, d, y_hint))(data)
     weights = valid.astype(jnp.result_type(*jax.tree.leaves(x))) / window

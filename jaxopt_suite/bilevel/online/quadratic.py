@@ -19,6 +19,7 @@ over the ball is ``R ||M^T (u_t - u_{t-1})|| + |(||u_t||^2 - ||u_{t-1}||^2) / 2|
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import jax
@@ -63,7 +64,10 @@ class QuadraticStream:
         return jnp.linalg.solve(lhs, self.M.T @ self.u(t))
 
     def variation(self, num_rounds: int, radius: float) -> float:
-        """``V_T`` over the ball ``||x|| <= radius`` for ``T = num_rounds``."""
+        """``V_T`` over the ball ``||x|| <= radius`` for ``T = num_rounds`` (an int >= 1;
+        ``radius`` finite and >= 0)."""
+        num_rounds = _check_count("num_rounds", num_rounds)
+        check_finite_nonnegative("radius", radius)
         u = jax.vmap(self.u)(jnp.arange(num_rounds, dtype=jnp.int32))
         du = jnp.diff(u, axis=0)
         sq = jnp.sum(u * u, axis=1)
@@ -107,14 +111,15 @@ def quadratic_stream(
     _check_count("dim_y", dim_y, minimum=2)
     if dim_y < dim_x:
         raise ValueError(f"dim_y ({dim_y}) must be >= dim_x ({dim_x}) so M can have full rank")
-    if not inner_condition >= 1:
-        raise ValueError(f"inner_condition must be >= 1, got {inner_condition}")
+    if not 1 <= inner_condition < math.inf:
+        raise ValueError(f"inner_condition must be finite and >= 1, got {inner_condition}")
     # NaN made every c_t NaN
     check_finite_nonnegative("scale", scale)
-    if outer_condition is not None and not outer_condition >= 1:
-        raise ValueError(f"outer_condition must be >= 1 (or None), got {outer_condition}")
-    if not lam >= 0:
-        raise ValueError(f"lam must be >= 0, got {lam}")
+    if outer_condition is not None and not 1 <= outer_condition < math.inf:
+        raise ValueError(
+            f"outer_condition must be finite and >= 1 (or None), got {outer_condition}"
+        )
+    check_finite_nonnegative("lam", lam)
     rng = np.random.default_rng(seed)
     q = np.linalg.qr(rng.normal(size=(dim_y, dim_y)))[0]
     A = q @ np.diag(np.linspace(1.0, inner_condition, dim_y)) @ q.T

@@ -30,8 +30,10 @@ class OnlineResult(NamedTuple):
     """``history`` has one entry per round ``t``: ``regret_term`` (``||nabla F_{t,w}(x_t)||^2``,
     NaN on rounds not charged), ``value`` (``F_t(x_t)`` for exact oracles, else NaN),
     cumulative oracle counts ``inner``/``hvp``/``outer``/``total`` after the round,
-    ``round_inner`` and ``status``. ``regret`` is the sum of the charged terms, scaled by
-    ``regret_every`` (so it estimates the full sum when rounds are sampled)."""
+    ``round_inner`` and ``status``. ``regret`` is the sum of the charged terms (rounds
+    ``0, k, 2k, ...`` for ``k = regret_every``) scaled by ``num_rounds`` over their number,
+    so it estimates the full sum when rounds are sampled (exactly ``k`` when ``k`` divides
+    ``num_rounds``)."""
 
     state: OnlineState
     history: dict
@@ -100,7 +102,8 @@ def run_online(
         history["eval_round"] = keep + 1
     # Only the charged rounds enter the sum; a charged term that is NaN makes it NaN.
     charged = history["regret_term"][::regret_every]
-    regret = float(np.sum(charged) * regret_every) if oracle is not None else float("nan")
+    scale = num_rounds / len(charged)  # = regret_every when it divides num_rounds
+    regret = float(np.sum(charged) * scale) if oracle is not None else float("nan")
     status = int(state.status)
     message = explain(status, int(state.failed_round))
     if status != OK and on_failure == "raise":

@@ -15,6 +15,7 @@ Round ``t``'s batches are a function of ``(seed, t)``, so a stream replays exact
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -99,6 +100,8 @@ def online_hyper_cleaning(
     num_rounds = _check_count("num_rounds", num_rounds)
     batch_size = _check_count("batch_size", batch_size)
     check_regularisation(reg)
+    if isinstance(corruption, str) or not hasattr(corruption, "__len__") or len(corruption) != 2:
+        raise ValueError(f"corruption must be a pair (start, end) of fractions, got {corruption!r}")
     for bound in corruption:
         _check_fraction("corruption", bound)
     if not 0.0 < segment <= 1.0:
@@ -186,10 +189,10 @@ def online_loss_tuning(
     batch_size = _check_count("batch_size", batch_size)
     check_regularisation(reg)
     _check_fraction("label_noise", label_noise)
-    if not imbalance >= 1.0:
-        raise ValueError(f"imbalance must be >= 1, got {imbalance!r}")
-    if not cycles > 0:
-        raise ValueError(f"cycles must be > 0, got {cycles!r}")
+    if not 1.0 <= imbalance < math.inf:
+        raise ValueError(f"imbalance must be finite and >= 1, got {imbalance!r}")
+    if not 0 < cycles < math.inf:  # inf % k is NaN: a stream without drift, all class 0
+        raise ValueError(f"cycles must be finite and > 0, got {cycles!r}")
     k = split.num_classes
     noisy = corrupt_labels(split.y_train, label_noise, k, seed)
     # Examples grouped by their (true) class, for sampling a class then a member.

@@ -9,6 +9,7 @@ import pytest
 
 from jaxopt_suite import bilevel
 from jaxopt_suite.bilevel import online as ob
+from jaxopt_suite.bilevel.online.problem import window_data
 from tests.bilevel.online.conftest import (
     LEARNERS,
     NUM_ROUNDS,
@@ -60,8 +61,54 @@ def test_window_must_be_an_int():
     ],
 )
 def test_step_sizes_must_be_positive(make, name):
-    with pytest.raises(ValueError, match=rf"^{name} must be > 0"):
+    with pytest.raises(ValueError, match=rf"^{name} must be finite and > 0"):
         make()
+
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: ob.aobo(inner_lr=0.25, outer_lr=0.5, tol=float("inf")), "tol"),
+        (lambda: ob.wobo(window=2, inner_lr=0.25, outer_lr=0.5, delta=float("inf")), "delta"),
+        (lambda: ob.sobow(window=2, inner_lr=0.25, outer_lr=0.5, decay=float("inf")), "decay"),
+        (lambda: ob.fsobo(inner_lr=float("inf"), outer_lr=0.5), "inner_lr"),
+    ],
+)
+def test_infinite_settings_are_refused(make, name):
+    # an infinite tolerance never ran the inner loops: a learner that never moved, status OK
+    with pytest.raises(ValueError, match=rf"^{name} must be finite and > 0, got inf"):
+        make()
+
+
+def test_window_hypergradient_checks_its_window():
+    problem = hand_stream()
+    oracle = ob.ExactOracle(lambda x, d: jnp.zeros(()), lambda x, d: jnp.ones_like(x))
+    for window, error, message in (
+        (0, ValueError, "window must be >= 1, got 0"),
+        (-1, ValueError, "window must be >= 1, got -1"),
+        (2.5, TypeError, "window must be a Python int, got 2.5"),
+    ):
+        with pytest.raises(error, match=re.escape(message)):
+            ob.window_hypergradient(oracle, problem, X0, Y0, 3, window)
+        with pytest.raises(error, match=re.escape(message)):
+            window_data(problem, 3, window)
+
+
+def test_quadratic_stream_settings_must_be_finite():
+    for kwargs, message in (
+        ({"inner_condition": float("inf")}, "inner_condition must be finite and >= 1"),
+        ({"outer_condition": float("inf")}, "outer_condition must be finite and >= 1"),
+        ({"lam": float("inf")}, "lam must be finite and >= 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ob.quadratic_stream(**kwargs)
+    stream = ob.quadratic_stream(drift="sqrt")
+    with pytest.raises(ValueError, match="radius must be finite and >= 0, got -1"):
+        stream.variation(10, -1.0)
+    with pytest.raises(TypeError, match="num_rounds must be a Python int, got 2.5"):
+        stream.variation(2.5, 1.0)
+    with pytest.raises(ValueError, match="num_rounds must be >= 1, got -3"):
+        stream.variation(-3, 1.0)
 
 
 def test_wobo_variant_is_checked():

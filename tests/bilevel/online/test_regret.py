@@ -84,6 +84,19 @@ def test_regret_every_charges_every_kth_round():
     assert np.all(np.isfinite(result.history["value"]))
 
 
+def test_sampled_regret_is_scaled_by_the_rounds_it_stands_for():
+    # a constant hypergradient costs every round the same, so the estimate is exact: the
+    # ceil(T / k) charged rounds stand for all T of them (k * ceil(T / k) overcounted)
+    constant = ob.ExactOracle(lambda x, d: jnp.zeros(()), lambda x, d: jnp.ones_like(x))
+    solver = LEARNERS["fsobo"]()
+    exact = 2.0 * NUM_ROUNDS  # ||(1, 1)||^2 per round
+    for every in (1, 2, 3, 8, 100):
+        result = ob.run_online(
+            hand_stream(), solver, X0, Y0, NUM_ROUNDS, oracle=constant, regret_every=every
+        )
+        np.testing.assert_allclose(result.regret, exact, rtol=1e-6, err_msg=f"every={every}")
+
+
 def test_no_oracle_charges_nothing():
     result = ob.run_online(hand_stream(), LEARNERS["fsobo"](), X0, Y0, NUM_ROUNDS)
     assert np.isnan(result.regret) and result.estimated is True

@@ -139,7 +139,12 @@ def test_task_arguments_are_checked(split):
         online_tasks.online_hyper_cleaning(split, num_rounds=5, corruption=(0.2, 1.5))
     with pytest.raises(ValueError, match="segment must lie in"):
         online_tasks.online_hyper_cleaning(split, num_rounds=5, segment=0.0)
-    with pytest.raises(ValueError, match="imbalance must be >= 1"):
-        online_tasks.online_loss_tuning(split, num_rounds=5, imbalance=0.5)
-    with pytest.raises(ValueError, match="cycles must be > 0"):
-        online_tasks.online_loss_tuning(split, num_rounds=5, cycles=0.0)
+    for corruption in ((0.2,), 0.3, (0.1, 0.5, 0.9), "ab"):
+        with pytest.raises(ValueError, match=r"corruption must be a pair \(start, end\)"):
+            online_tasks.online_hyper_cleaning(split, num_rounds=5, corruption=corruption)
+    for imbalance in (0.5, float("inf")):
+        with pytest.raises(ValueError, match="imbalance must be finite and >= 1"):
+            online_tasks.online_loss_tuning(split, num_rounds=5, imbalance=imbalance)
+    for cycles in (0.0, float("inf")):  # inf % k is NaN: every label class 0, no drift
+        with pytest.raises(ValueError, match="cycles must be finite and > 0"):
+            online_tasks.online_loss_tuning(split, num_rounds=5, cycles=cycles)
