@@ -37,6 +37,9 @@ import scipy.sparse as sp
 from jaxopt_suite.lp.problem import LP
 
 _SECTIONS = ("NAME", "OBJSENSE", "ROWS", "COLUMNS", "RHS", "RANGES", "BOUNDS", "ENDATA")
+# Words HiGHS reads as a section header even on an indented line (others, such as ROWS or
+# BOUNDS, only at the line's start): a column of one of these names misreads the file.
+_HEADER_WORDS = ("NAME", "OBJSENSE", "QSECTION", "CSECTION", "QCMATRIX")
 _BOUND_TYPES = ("UP", "LO", "FX", "FR", "MI", "PL", "BV", "LI", "UI")
 INFINITY = 1e20  # |value| >= INFINITY in RHS, RANGES and BOUNDS reads as +-inf
 
@@ -401,6 +404,15 @@ def _range(rhs: float, other: float) -> float:
     return abs(other - rhs)
 
 
+def _unused(base: str, taken: set[str]) -> str:
+    """``base``, or ``base`` with the first number appended that makes it a name not in
+    ``taken``."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    return name
+
+
 def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
     """Writes ``lp`` as free MPS (integer columns in ``MARKER`` blocks). The minimisation
     form is written (``OBJSENSE`` ``MIN``). A two-sided row is a ``G`` row on its lower side
@@ -413,7 +425,10 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
     side (a lower side or bound of ``-1e25``, an upper one of ``1e25``), and refused with a
     ``ValueError`` where it is not (``1e25`` as a lower side, ``E`` row or fixed bound),
     which would make a file that :func:`read_mps` refuses. Names default to ``R<i>`` /
-    ``C<j>``; names with spaces cannot be written. A free row (both sides infinite)
+    ``C<j>``; names with spaces cannot be written, nor columns named after the section headers
+    HiGHS reads anywhere on a line (``NAME``, ``OBJSENSE``, ``QSECTION``, ``CSECTION``,
+    ``QCMATRIX``). The RHS, RANGES and BOUNDS sets are named ``RHS``, ``RNG`` and ``BND``,
+    with a number appended where a row or column has that name. A free row (both sides infinite)
     constrains nothing and is written as an extra ``N`` row, which :func:`read_mps` drops."""
     m, n = lp.num_rows, lp.num_cols
     row_names = list(lp.row_names) if lp.row_names is not None else [f"R{i}" for i in range(m)]
@@ -424,6 +439,12 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
         # a line starting with * is a comment, and MARKER opens an integer section
         if name.startswith("*") or name == "MARKER":
             raise ValueError(f"MPS names cannot start with '*' or be 'MARKER': {name!r}")
+    for name in col_names:  # a column's name opens its COLUMNS lines
+        if name.upper() in _HEADER_WORDS:
+            raise ValueError(
+                f"column name {name!r} cannot be written: free-MPS readers such as HiGHS take "
+                "it for a section header wherever it opens a line"
+            )
     for kind, names in (("row", row_names), ("column", col_names)):
         counts = collections.Counter(names)  # the reader would merge or refuse repeats
         twice = [name for name in names if counts[name] > 1]
@@ -431,6 +452,12 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
             raise ValueError(f"{kind} names must be unique to be written, {twice[0]!r} repeats")
     if objective_name in row_names:
         raise ValueError(f"objective_name {objective_name!r} is also a row name")
+    # HiGHS (and other free-MPS readers) take the RHS / RANGES / BOUNDS set name as optional
+    # and decide by the row and column names whether a line starts with one: a row named RHS
+    # or a column named BND made them read every side or bound wrong. The set names avoid
+    # every row and column name.
+    taken = {*row_names, *col_names, objective_name}
+    rhs_set, range_set, bound_set = (_unused(base, taken) for base in ("RHS", "RNG", "BND"))
     out = [f"NAME {lp.name or 'LP'}", "OBJSENSE", "    MIN", "ROWS", f" N {objective_name}"]
     for name, values, sign in (
         ("row_lower", lp.row_lower, 1.0),
@@ -501,28 +528,28 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
         out.append("    MARKER 'MARKER' 'INTEND'")
     out.append("RHS")
     if lp.objective_offset:
-        out.append(f"    RHS {objective_name} {_num(-lp.objective_offset)}")
+        out.append(f"    {rhs_set} {objective_name} {_num(-lp.objective_offset)}")
     for i, value in rhs.items():
         if value:
-            out.append(f"    RHS {row_names[i]} {_num(value)}")
+            out.append(f"    {rhs_set} {row_names[i]} {_num(value)}")
     if ranges:
         out.append("RANGES")
         for i, value in ranges.items():
-            out.append(f"    RNG {row_names[i]} {_num(value)}")
+            out.append(f"    {range_set} {row_names[i]} {_num(value)}")
     out.append("BOUNDS")
     for j in range(n):
         lo, hi, name = lp.var_lower[j], lp.var_upper[j], col_names[j]
         if lo == hi:
-            out.append(f" FX BND {name} {_num(lo)}")
+            out.append(f" FX {bound_set} {name} {_num(lo)}")
             continue
         if lo == -np.inf and hi == np.inf:
-            out.append(f" FR BND {name}")
+            out.append(f" FR {bound_set} {name}")
             continue
         if lo == -np.inf:
-            out.append(f" MI BND {name}")
+            out.append(f" MI {bound_set} {name}")
         elif lo != 0.0:
-            out.append(f" LO BND {name} {_num(lo)}")
+            out.append(f" LO {bound_set} {name} {_num(lo)}")
         if hi != np.inf:
-            out.append(f" UP BND {name} {_num(hi)}")
+            out.append(f" UP {bound_set} {name} {_num(hi)}")
     out.append("ENDATA")
     Path(path).write_text("\n".join(out) + "\n")

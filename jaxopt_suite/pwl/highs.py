@@ -183,14 +183,17 @@ class HighsResult(NamedTuple):
     maximum and an upper bound).
 
     ``objective``: the incumbent's value, ``+inf`` (``-inf`` for a maximisation) without a
-    feasible point. ``bound``: HiGHS's MIP dual bound (HiGHS leaves it at ``-inf``, in
-    minimisation form, when it proves infeasibility; the LP optimum when no set needed
-    binaries). ``gap``: HiGHS's relative MIP gap. ``status``: ``"optimal"``,
-    ``"infeasible"``, ``"time_limit"``, ``"unbounded"``, else HiGHS's model status in snake
-    case (e.g. ``"unbounded_or_infeasible"``). ``seconds``: wall time of ``Highs.run``.
-    ``nodes``: branch-and-bound nodes. ``first_incumbent_seconds``: wall time from the start
-    of ``run`` to the first feasible solution (NaN without one). ``x``: the model-variable
-    values (``z`` included) of the incumbent, or ``None``.
+    feasible point, ``-inf`` (``+inf``) when HiGHS proves the model unbounded (whatever
+    feasible point it holds is then in ``x``). ``bound``: HiGHS's MIP dual bound (the LP
+    optimum when no set needed binaries); ``+inf`` (``-inf``) when HiGHS proves the model
+    infeasible and ``-inf`` (``+inf``) when it proves it unbounded, whatever HiGHS itself
+    leaves there (it differs between formulations). ``gap``: HiGHS's relative MIP gap.
+    ``status``: ``"optimal"``, ``"infeasible"``, ``"time_limit"``, ``"unbounded"``, else
+    HiGHS's model status in snake case (e.g. ``"unbounded_or_infeasible"``). ``seconds``:
+    wall time of ``Highs.run``. ``nodes``: branch-and-bound nodes.
+    ``first_incumbent_seconds``: wall time from the start of ``run`` to the first feasible
+    solution (NaN without one). ``x``: the model-variable values (``z`` included) of the
+    incumbent, or ``None``.
     """
 
     objective: float
@@ -339,6 +342,10 @@ def solve_highs(
         optimal = model_status == highspy.HighsModelStatus.kOptimal
         bound = float(info.objective_function_value) if optimal else -math.inf
         gap, nodes = (0.0 if optimal else math.inf), 0
+    if model_status == highspy.HighsModelStatus.kInfeasible:  # minimisation form: min = +inf
+        bound = math.inf
+    elif model_status == highspy.HighsModelStatus.kUnbounded:  # and min = -inf
+        objective, bound = -sign * math.inf, -math.inf
     return HighsResult(
         objective=objective,
         bound=sign * bound,

@@ -435,7 +435,9 @@ def save(spec: InstanceSpec, directory: str | Path) -> Path:
     """Writes ``<directory>/<spec.name>.json``: the model's ``to_dict()`` plus ``"spec"``
     (``name``, ``family``, ``kwargs``); returns the path."""
     data: dict[str, Any] = build(spec).to_dict()
-    data["spec"] = {"name": spec.name, "family": spec.family, "kwargs": dict(spec.kwargs)}
+    # NumPy integers (which the generators accept) as Python ones: json cannot write them
+    kwargs = {k: int(v) if isinstance(v, np.integer) else v for k, v in spec.kwargs.items()}
+    data["spec"] = {"name": spec.name, "family": spec.family, "kwargs": kwargs}
     path = Path(directory) / f"{spec.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))

@@ -34,7 +34,9 @@ class Var:
     index: int
     name: str
     pwl: int | None = None
-    owner: int = dataclasses.field(default=0, repr=False, compare=False)
+    # part of equality and hashing: a dict of coefficients must not merge another model's
+    # variable of the same index and name into this one's before it is checked
+    owner: int = dataclasses.field(default=0, repr=False)
 
     def __repr__(self) -> str:
         return f"Var({self.name!r})"
@@ -189,8 +191,13 @@ class PWLModel:
         self._check_var(x, "x")
         if x.pwl is not None:
             raise ValueError(f"x must be a model variable, not the value of PWL term {x.name!r}")
-        d = np.asarray(list(breakpoints), np.float64)
-        f = np.asarray(list(values), np.float64)
+        arrays = []
+        for label, given in (("breakpoints", breakpoints), ("values", values)):
+            try:
+                arrays.append(np.asarray(list(given), np.float64))
+            except (TypeError, ValueError):
+                raise TypeError(f"{label} must be a list of numbers, got {given!r}") from None
+        d, f = arrays
         if name is None:
             name = f"f{len(self._terms)}_{x.name}"
             if name in self._name_set:
@@ -202,6 +209,8 @@ class PWLModel:
             raise ValueError(
                 f"PWL term {name!r}: {f.size} values for {d.size} breakpoints (need one each)"
             )
+        if np.any(np.isnan(d)):
+            raise ValueError(f"PWL term {name!r}: breakpoints must not be NaN")
         if not np.all(np.isfinite(d)):
             raise ValueError(
                 f"PWL term {name!r}: breakpoints must be finite (an unbounded PWL domain cannot "
@@ -296,7 +305,14 @@ class PWLModel:
     def _linear(self, terms, what) -> dict[int, float]:
         items = terms.items() if isinstance(terms, Mapping) else terms
         out: dict[int, float] = {}
-        for var, coef in items:
+        for item in items:
+            try:
+                var, coef = item
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"{what}: terms must be a mapping {{Var: coefficient}} or (Var, coefficient) "
+                    f"pairs, got the entry {item!r}"
+                ) from None
             self._check_var(var, what)
             coef = float(coef)
             if not math.isfinite(coef):
@@ -405,6 +421,8 @@ class PWLModel:
     def objective_value(self, values: np.ndarray) -> float:
         """The objective at model-variable values (``z`` entries taken as given)."""
         v = np.asarray(values, np.float64)
+        if v.shape != (self.num_variables,):  # an LP point (lambdas too) read as a model's
+            raise ValueError(f"values must have shape ({self.num_variables},), got {v.shape}")
         return float(sum(c * v[i] for i, c in self._objective.items()) + self._constant)
 
     def snap(self, values: np.ndarray) -> np.ndarray:
@@ -428,14 +446,11 @@ class PWLModel:
         v = np.asarray(values, np.float64)
         if v.shape != (self.num_variables,):
             raise ValueError(f"values must have shape ({self.num_variables},), got {v.shape}")
-        lo, hi = np.asarray(self._lower), np.asarray(self._upper)
-        worst = float(
-            np.max(np.maximum(lo - v, 0.0) / (1 + np.abs(np.where(np.isfinite(lo), lo, 0))))
-        )
-        worst = max(
-            worst,
-            float(np.max(np.maximum(v - hi, 0.0) / (1 + np.abs(np.where(np.isfinite(hi), hi, 0))))),
-        )
+        lo, hi = np.asarray(self._lower, np.float64), np.asarray(self._upper, np.float64)
+        below = np.maximum(lo - v, 0.0) / (1 + np.abs(np.where(np.isfinite(lo), lo, 0)))
+        above = np.maximum(v - hi, 0.0) / (1 + np.abs(np.where(np.isfinite(hi), hi, 0)))
+        worst = float(np.max(below, initial=0.0))  # initial: a model without variables
+        worst = max(worst, float(np.max(above, initial=0.0)))
         for coefs, rl, ru, _ in self._rows:
             a = sum(c * v[i] for i, c in coefs.items())
             if math.isfinite(rl):

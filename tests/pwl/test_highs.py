@@ -127,6 +127,10 @@ def test_infeasible_random_model(formulation):
     result = solve_highs(random_model(5), formulation=formulation)
     assert result.status == "infeasible"
     assert result.x is None and result.objective == math.inf
+    # the minimum of an infeasible model is +inf, and so is its bound (HiGHS left +inf under
+    # one formulation and -inf under the other on seed 7)
+    assert result.bound == math.inf
+    assert solve_highs(random_model(7), formulation=formulation).bound == math.inf
 
 
 def test_gray_code():
@@ -238,6 +242,42 @@ def test_mps_round_trip(tmp_path, formulation, maximize):
     assert back.objective_sign == 1
 
 
+def _named_model(x="x", y="y", row="r"):
+    m = PWLModel("m")
+    xv = m.add_variable(0, 10, name=x)
+    yv = m.add_variable(1, 3, name=y)
+    z = m.add_pwl(xv, [0, 3, 5, 10], [0, 8, 2, 3], name="f")
+    m.add_constraint({xv: 1, yv: 1}, lower=6, upper=12, name=row)
+    m.minimize({z: 1.0, yv: 0.5}, constant=2.0)
+    return m
+
+
+@pytest.mark.parametrize(
+    "names", [{}, {"row": "RHS"}, {"row": "RNG"}, {"x": "BND"}, {"y": "BND"}, {"x": "RHS"}]
+)
+def test_highs_reads_the_exported_mps_as_the_model(tmp_path, names):
+    # HiGHS takes the RHS / RANGES / BOUNDS set names as optional and decided by the row and
+    # column names: a row named RHS read as 0.5 (every side 0), a column named BND as 5.0
+    import highspy
+
+    model = _named_model(**names)
+    path = tmp_path / "named.mps"
+    write_pwl_mps(model, path)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    assert h.readModel(str(path)) == highspy.HighsStatus.kOk
+    h.run()
+    expected = solve_highs(model).objective
+    assert expected == pytest.approx(4.5)
+    assert h.getInfo().objective_function_value == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", ["NAME", "OBJSENSE", "QCMATRIX"])
+def test_column_names_highs_takes_for_headers_are_refused(tmp_path, name):
+    with pytest.raises(ValueError, match=f"column name {name!r} cannot be written"):
+        write_pwl_mps(_named_model(x=name), tmp_path / "header.mps")
+
+
 @pytest.mark.parametrize("formulation", ["cc", "log"])
 def test_infeasible(formulation):
     m = PWLModel()
@@ -249,6 +289,23 @@ def test_infeasible(formulation):
     assert result.status == "infeasible"
     assert result.x is None and result.objective == math.inf
     assert math.isnan(result.first_incumbent_seconds)
+
+
+def test_unbounded_models_report_an_infinite_objective():
+    # with no binaries HiGHS said 'unbounded' but the objective was the value of whatever
+    # feasible point it held (1.0)
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0, name="x")
+    y = m.add_variable(0.0, math.inf, name="y")
+    z = m.add_pwl(x, [0.0, 10.0], [1.0, 3.0], name="f")
+    m.minimize({z: 1.0, y: -1.0})
+    result = solve_highs(m)
+    assert result.status == "unbounded"
+    assert result.objective == -math.inf and result.bound == -math.inf
+    m.maximize({z: 1.0, y: 1.0})
+    result = solve_highs(m)
+    assert result.status == "unbounded"
+    assert result.objective == math.inf and result.bound == math.inf
 
 
 def test_threads_and_time_limit_options():

@@ -146,6 +146,14 @@ def test_json_round_trip_gives_the_same_lp(tmp_path, name):
     assert list(a.row_names) == list(b.row_names) and list(a.col_names) == list(b.col_names)
 
 
+def test_numpy_integer_sizes_are_saved(tmp_path):
+    # the generators accept NumPy integers; json.dumps could not write them
+    sizes = {"sources": np.int64(2), "sinks": 3, "segments": np.int32(2), "seed": 0}
+    spec = inst.InstanceSpec("t", "transportation", sizes)
+    path = inst.save(spec, tmp_path)
+    assert inst.load_spec(path).kwargs == {"sources": 2, "sinks": 3, "segments": 2, "seed": 0}
+
+
 # -- LP relaxations ----------------------------------------------------------------------
 
 

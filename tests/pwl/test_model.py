@@ -58,6 +58,10 @@ def test_model_values_and_check_round_trip():
     np.testing.assert_array_equal(np.delete(snapped, fx.index), np.delete(values, fx.index))
     with pytest.raises(ValueError, match="values must have shape"):
         m.snap(values[:-1])
+    # an LP point (lambdas included) is not a model point: its objective was silently wrong
+    with pytest.raises(ValueError, match=rf"values must have shape \({m.num_variables},\)"):
+        m.objective_value(v)
+    assert PWLModel().check(np.zeros(0)) == 0.0  # no variables: nothing violated
 
 
 def test_maximisation_is_negated_with_its_sign():
@@ -74,6 +78,7 @@ def test_maximisation_is_negated_with_its_sign():
         ([0, 2, 2, 5], [0, 1, 2, 3], r"strictly increasing, got d\[1\] = 2.0 >= d\[2\] = 2.0"),
         ([0, 3, 1], [0, 1, 2], "strictly increasing"),
         ([0, math.inf], [0, 1], "must be finite .*unbounded PWL domain"),
+        ([0, math.nan, 2], [0, 1, 2], "breakpoints must not be NaN"),
         ([0, 1, 2], [0, 1], "2 values for 3 breakpoints"),
         ([1.0], [2.0], ">= 2 values"),
         ([0, 1], [0, math.nan], "values must be finite"),
@@ -111,6 +116,12 @@ def test_bad_variables_and_rows():
     z = m.add_pwl(x, [0, 1], [0, 1])
     with pytest.raises(ValueError, match="x must be a model variable"):
         m.add_pwl(z, [0, 1], [0, 1])
+    with pytest.raises(TypeError, match="breakpoints must be a list of numbers, got 5"):
+        m.add_pwl(x, 5, [1, 2])
+    with pytest.raises(TypeError, match=r"values must be a list of numbers, got \['a', 'b'\]"):
+        m.add_pwl(x, [0, 1], ["a", "b"])
+    with pytest.raises(TypeError, match=r"mapping \{Var: coefficient\} or \(Var, coefficient\)"):
+        m.add_constraint([x], upper=1.0)
 
 
 def test_dict_round_trip_rebuilds_the_same_lp():
@@ -147,6 +158,11 @@ def test_names_are_unique_and_vars_belong_to_their_model():
     same = twin.add_variable(0.0, 1.0, name="x")  # same index and name, other model
     with pytest.raises(ValueError, match="does not belong to this model"):
         m.add_constraint({same: 1.0}, upper=1.0)
+    # mixed with this model's x, the twin compared equal to it and the dict merged the two
+    # coefficients into x's (stored {'x': 2.0}) before any check saw the twin
+    assert same != x and len({same, x}) == 2
+    with pytest.raises(ValueError, match="does not belong to this model"):
+        m.add_constraint({x: 1.0, same: 2.0}, upper=4.0)
 
 
 def test_a_model_without_pwl_terms_compiles_to_a_plain_lp():
