@@ -39,7 +39,7 @@ COVERAGES = ("wide", "narrow")
 # factor: for two objectives, the first weight spans [0.4, 0.6] instead of [0, 1].
 NARROW_SHRINK = 0.2
 # Fields collect sets from its arguments; metadata may repeat them only with the same value.
-_MEASURED = ("reward_names", "horizon", "episodes_per_preference", "action_noise")
+_MEASURED = ("reward_names", "horizon", "episodes_per_preference", "action_noise", "key")
 
 
 class OfflineDataset(NamedTuple):
@@ -245,8 +245,9 @@ def collect(
         "seed": None,
         "episodes_per_preference": episodes,
         "action_noise": action_noise,
+        "key": _key_data(key),
     }
-    metadata = {**_metadata(defaults, metadata), "key": _key_data(key)}
+    metadata = _metadata(defaults, metadata)
 
     keys = jax.random.split(key, (preferences.shape[0], episodes))
     try:  # compiled once per (env, policy, horizon); the noise is an argument
@@ -388,8 +389,12 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
     if not isinstance(dataset.metadata, dict):
         raise ValueError(f"metadata must be a dict, got {type(dataset.metadata).__name__}")
     names = dataset.metadata.get("reward_names")
-    if names is not None and len(names) != m:
-        raise ValueError(f"metadata['reward_names']={names!r} must have m={m} entries")
+    if names is not None and (
+        not isinstance(names, list | tuple)
+        or len(names) != m
+        or not all(isinstance(name, str) for name in names)
+    ):
+        raise ValueError(f"metadata['reward_names']={names!r} must be a list of m={m} strings")
     if reward_size is not None and check_positive_int(reward_size, "reward_size") != m:
         raise ValueError(
             f"reward_size={reward_size} does not match the dataset's m={m} (rewards.shape[-1])"

@@ -2,6 +2,7 @@
 preference coverage, the ``.npz`` round trip, and the errors of each bad input."""
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -198,9 +199,12 @@ def test_validate_dataset_checks_the_padding(dataset):
     rewards = dataset.rewards + 1.0
     with pytest.raises(ValueError, match=r"rewards must be 0 where mask is 0"):
         envs.validate_dataset(dataset._replace(rewards=rewards))
-    metadata = dataset.metadata | {"reward_names": ["a"]}
-    with pytest.raises(ValueError, match=r"metadata\['reward_names'\]=\['a'\] must have m=2"):
-        envs.validate_dataset(dataset._replace(metadata=metadata))
+    # a one-name list; an int crashed on len(), a 2-letter string passed as two names
+    for names in (["a"], 2, "ab", [1, 2]):
+        metadata = dataset.metadata | {"reward_names": names}
+        message = rf"metadata\['reward_names'\]={re.escape(repr(names))} must be a list of m=2"
+        with pytest.raises(ValueError, match=message):
+            envs.validate_dataset(dataset._replace(metadata=metadata))
 
 
 def test_validate_dataset_allows_one_terminal_on_the_last_step(dataset):
@@ -271,6 +275,8 @@ def test_collect_rejects_bad_inputs():
         ({"horizon": -2}, r"horizon=-2 must be a positive int"),
         ({"action_noise": -0.1}, r"action_noise=-0.1 must be >= 0"),
         ({"metadata": {"horizon": 3}}, r"metadata\['horizon'\]=3 contradicts the collection's 8"),
+        # the key was replaced without a word
+        ({"metadata": {"key": [7, 7]}}, r"metadata\['key'\]=\[7, 7\] contradicts the collection's"),
         (
             {"metadata": {"policy": object()}},
             r"metadata must read back unchanged from JSON .*metadata\['policy'\] is a object",

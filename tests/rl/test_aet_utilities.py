@@ -250,3 +250,48 @@ def test_a_utility_for_other_objectives_than_the_returns_is_refused():
             U.aet_value(objective, returns)
     with pytest.raises(ValueError, match=r"utility is for 3 objectives, but the returns have 2"):
         U.aet_value(U.ser(U.tchebycheff([0.2, 0.3, 0.5])), returns)
+
+
+def test_aet_value_refuses_returns_outside_the_utilitys_domain():
+    # Nash welfare of a negative return without a shift read as NaN, which a comparison of
+    # scores then took as a loss without a word
+    returns = jnp.asarray([[-1.0, 2.0], [3.0, 3.0]])
+    with pytest.raises(ValueError, match=r"log\(G \+ shift\).*pass shift > 1"):
+        U.aet_value(U.esr(U.nash_welfare(m=2)), returns)
+    # under SER only the mean return must be in the domain, and here it is
+    assert np.isfinite(float(U.aet_value(U.ser(U.nash_welfare(m=2)), returns)))
+    with pytest.raises(ValueError, match=r"the mean of h\(returns\) reach -2"):
+        U.aet_value(U.ser(U.nash_welfare(m=2)), returns - 3.0)
+    # traced returns are not checked (their values are unknown while tracing)
+    value = jax.jit(lambda r: U.aet_value(U.esr(U.nash_welfare(m=2)), r))(returns)
+    assert np.isnan(float(value))
+
+
+def test_risk_averse_returns_that_overflow_exp_are_refused():
+    # rho * G = -100: exp overflowed float32, mu was inf and the conjugate NaN
+    utility = U.risk_averse(1.0, m=2)
+    returns = np.array([[-100.0, 5.0], [-90.0, 3.0]])
+    with pytest.raises(ValueError, match=r"rescale the rewards or lower rho below 0.8"):
+        U.ser(utility).check_returns(np.zeros((2, 1, 2)), returns)
+    with pytest.raises(ValueError, match=r"float32 cannot hold"):
+        U.aet_value(U.esr(utility), jnp.asarray(returns))
+    U.ser(U.risk_averse(0.5, m=2)).check_returns(np.zeros((2, 1, 2)), returns)  # 50 < 80
+
+
+@pytest.mark.parametrize("m", [0, -1, 2.5, True])
+def test_the_number_of_objectives_must_be_a_positive_int(m):
+    for build in (U.nash_welfare, U.tchebycheff, lambda m: U.risk_averse(1.0, m=m)):
+        with pytest.raises(ValueError, match=r"m=.* must be a positive int"):
+            build(m=m)
+
+
+def test_check_returns_counts_the_objectives():
+    # Nash welfare broadcast a one-objective return over two weights and accepted it
+    for utility in (U.nash_welfare(m=2), U.linear([0.5, 0.5]), U.risk_averse(1.0, m=2)):
+        for returns in (np.ones((4, 1)), np.ones((2, 3)), 3.0):
+            with pytest.raises(ValueError, match=r"the utility is for 2 objectives"):
+                utility.check_returns(returns)
+    with pytest.raises(
+        ValueError, match=r"the utility is for 2 objectives, but the returns have 3"
+    ):
+        U.aet_value(U.ser(U.linear([0.5, 0.5])), jnp.ones((4, 3)))

@@ -35,6 +35,7 @@ preferences needs no recompile), with
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -74,6 +75,8 @@ def _vector(values, name: str, *, size: int | None = None, positive: bool = Fals
 
 
 def _weights(weights, m: int | None) -> jax.Array:
+    if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1):
+        raise ValueError(f"m={m!r} must be a positive int (the number of objectives)")
     if weights is None:
         if m is None:
             raise ValueError("pass weights, or the number of objectives m for equal weights")
@@ -101,8 +104,19 @@ def _like(vector: jax.Array, returns: jax.Array) -> jax.Array:
     return jnp.broadcast_to(vector, returns.shape)
 
 
-def _check_finite(returns, name: str) -> np.ndarray:
+# exp(x) overflows float32 past 88.7; the risk-averse utility refuses exponents above this
+_MAX_EXPONENT = 80.0
+
+
+def _check_finite(returns, name: str, size: int) -> np.ndarray:
+    """``returns`` as float64 ``(..., size)``; a ValueError unless finite, with ``size``
+    objectives."""
     array = np.asarray(returns, dtype=np.float64)
+    if array.ndim == 0 or array.shape[-1] != size:
+        raise ValueError(
+            f"the utility is for {size} objectives, but {name} have "
+            f"{array.shape[-1] if array.ndim else 0} (shape {array.shape})"
+        )
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} must be finite")
     return array
@@ -114,6 +128,7 @@ class Linear(NamedTuple):
     weights: jax.Array  # (m,)
 
     def value(self, returns: jax.Array) -> jax.Array:
+        _like(self.weights, returns)  # a ValueError unless the returns have m objectives
         return returns @ self.weights
 
     @property
@@ -133,7 +148,7 @@ class Linear(NamedTuple):
         return jnp.zeros((), jnp.float32)
 
     def check_returns(self, returns, name: str = "returns") -> None:
-        _check_finite(returns, name)
+        _check_finite(returns, name, self.weights.shape[0])
 
 
 class NashWelfare(NamedTuple):
@@ -169,7 +184,7 @@ class NashWelfare(NamedTuple):
         return jnp.sum(w * (jnp.log(mu) + 1.0 - jnp.log(w)) - mu * self.shift)
 
     def check_returns(self, returns, name: str = "returns") -> None:
-        array = _check_finite(returns, name)
+        array = _check_finite(returns, name, self.weights.shape[0])
         minimum = array.reshape(-1, array.shape[-1]).min(axis=0)
         shift = np.asarray(self.shift, np.float64)
         if np.any(minimum + shift <= 0):
@@ -215,7 +230,7 @@ class Tchebycheff(NamedTuple):
         return mu @ self.reference
 
     def check_returns(self, returns, name: str = "returns") -> None:
-        _check_finite(returns, name)
+        _check_finite(returns, name, self.weights.shape[0])
 
 
 class Threshold(NamedTuple):
@@ -253,7 +268,7 @@ class Threshold(NamedTuple):
         return -jnp.sum((self.weights - mu) * self.thresholds)
 
     def check_returns(self, returns, name: str = "returns") -> None:
-        _check_finite(returns, name)
+        _check_finite(returns, name, self.weights.shape[0])
 
 
 class RiskAverse(NamedTuple):
@@ -289,7 +304,16 @@ class RiskAverse(NamedTuple):
         return jnp.sum(mu - w - mu * jnp.log(mu / w)) / self.rho
 
     def check_returns(self, returns, name: str = "returns") -> None:
-        _check_finite(returns, name)
+        array = _check_finite(returns, name, self.weights.shape[0])
+        rho = float(self.rho)
+        exponent = float(np.max(-rho * array, initial=-np.inf))
+        if exponent > _MAX_EXPONENT:  # exp(-rho G) and mu = w exp(-rho y) overflow float32
+            raise ValueError(
+                f"the risk-averse utility takes exp(-rho G), which float32 cannot hold for "
+                f"rho * G < -{_MAX_EXPONENT:g}: {name} reach {float(np.min(array)):.4g} with "
+                f"rho = {rho:.4g}; rescale the rewards or lower rho below "
+                f"{_MAX_EXPONENT / -float(np.min(array)):.4g}"
+            )
 
 
 Utility = Linear | NashWelfare | Tchebycheff | Threshold | RiskAverse
@@ -469,10 +493,18 @@ def projected_rewards(
 
 def aet_value(objective: AET, returns: jax.Array, weights: jax.Array | None = None) -> jax.Array:
     """``g(mean h(G))`` over sample returns ``(n, m)`` (optionally weighted): the Monte Carlo
-    value of the objective."""
+    value of the objective. Concrete returns are checked first: a ValueError where ``h`` is
+    undefined on them or ``g`` on their mean ``h`` (e.g. Nash welfare of a negative return
+    without a shift, which would read as NaN); traced ones (under ``jit`` or ``vmap``) are
+    not."""
+    _like(objective.utility.weights, returns)  # a ValueError unless they have m objectives
+    if objective.inner is not None and not isinstance(returns, jax.core.Tracer):
+        objective.inner.check_returns(returns, "the returns")
     transformed = objective.transform(returns)
     if weights is None:
         mean = jnp.mean(transformed, axis=0)
     else:
         mean = weights @ transformed / jnp.sum(weights)
+    if not isinstance(mean, jax.core.Tracer):
+        objective.outer.check_returns(mean, "the mean of h(returns)")
     return objective.outer.value(mean)
