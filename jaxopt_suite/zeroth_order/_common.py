@@ -14,6 +14,7 @@ evaluations instead of 2q.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -48,14 +49,22 @@ def check_int(name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_positive(name: str, value: Any) -> None:
-    """Checks a concrete hyper-parameter is > 0; traced values (schedules) pass through."""
+def check_scalar(name: str, value: Any, expected: str, ok: Callable[[float], bool]) -> None:
+    """:func:`jaxopt_suite._checks.check_real` for one number: a concrete hyper-parameter
+    must be a scalar (an array would set one value per entry of whatever it meets) that
+    passes ``ok``; traced values (schedules) pass through."""
     if isinstance(value, jax.core.Tracer):
         return
-    array = np.asarray(value)
-    if array.shape != ():
-        raise ValueError(f"{name} must be a scalar, got shape {array.shape}")
-    check_real(name, value, "be > 0", lambda v: v > 0)
+    shape = np.shape(value) if hasattr(value, "shape") or isinstance(value, list | tuple) else ()
+    if shape != ():
+        raise ValueError(f"{name} must be a scalar, got shape {shape}")
+    check_real(name, value, expected, ok)
+
+
+def check_positive(name: str, value: Any) -> None:
+    """Checks a concrete hyper-parameter is a finite scalar > 0 (an infinite step made every
+    difference NaN); traced values (schedules) pass through."""
+    check_scalar(name, value, "be finite and > 0", lambda v: 0 < v < math.inf)
 
 
 def check_value_fn(value_fn: Any, params: Any) -> jnp.dtype:
@@ -157,12 +166,26 @@ def flatten_like(params: Any, other: Any, name: str) -> list:
     """Leaves of ``other`` aligned with the leaves of ``params`` (``None`` allowed)."""
     treedef = jax.tree.structure(params)
     try:
-        return treedef.flatten_up_to(other)
+        leaves = treedef.flatten_up_to(other)
     except (ValueError, TypeError) as err:
         raise ValueError(
             f"{name} must have the pytree structure of params ({treedef}), with None for "
             f"leaves it does not cover; got {jax.tree.structure(other)}"
         ) from err
+    return leaves
+
+
+def check_leaf_shapes(params: Any, leaves: list, name: str) -> None:
+    """Raises unless every non-None entry of ``leaves`` (from :func:`flatten_like`) has the
+    shape of its parameter leaf (a gradient of swapped leaf sizes was read silently)."""
+    for (path, leaf), other in zip(
+        jax.tree_util.tree_flatten_with_path(params)[0], leaves, strict=True
+    ):
+        if other is not None and np.shape(other) != np.shape(leaf):
+            raise ValueError(
+                f"{name}{jax.tree_util.keystr(path)} must have the shape of "
+                f"params{jax.tree_util.keystr(path)}, {np.shape(leaf)}, got {np.shape(other)}"
+            )
 
 
 class ZerothOrderState(NamedTuple):
@@ -193,7 +216,9 @@ def random_direction_estimate(
     responses, num_evals = directional_differences(
         value_fn, params, flat_plus(unravel, flat), directions, sigma, antithetic, value
     )
-    return Estimate(unravel(responses @ directions / num_directions), num_evals)
+    # in the parameters' dtype: a float32 loss would promote bf16 parameters' estimate
+    grad = (responses @ directions / num_directions).astype(flat.dtype)
+    return Estimate(unravel(grad), num_evals)
 
 
 def params_required(params: Any, name: str) -> None:

@@ -46,11 +46,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxopt_suite._checks import check_key, check_real
+from jaxopt_suite._checks import check_key
 from jaxopt_suite.zeroth_order._common import (
     ValueFn,
     check_int,
+    check_leaf_shapes,
     check_positive,
+    check_scalar,
     check_value_fn,
     directional_differences,
     flat_plus,
@@ -134,8 +136,10 @@ def hint_basis(params: Any, hint: Any) -> jax.Array:
     Each hint leaf has the shape of its parameter leaf (one direction, k = 1) or that shape
     with a trailing axis of size k (a subspace), the same k for every leaf.
     """
-    q, _ = jnp.linalg.qr(_hint_matrix(params, hint))
-    return q
+    matrix = _hint_matrix(params, hint)
+    # LAPACK has no bf16 / f16 QR: decompose in at least float32, return the hint's dtype
+    q, _ = jnp.linalg.qr(matrix.astype(jnp.promote_types(matrix.dtype, jnp.float32)))
+    return q.astype(matrix.dtype)
 
 
 def cv_zod_estimate(
@@ -187,14 +191,14 @@ def cv_zod_estimate(
         return grad, captured, jnp.mean(residuals**2)
 
     if true_grad is not None:
-        true_flat = jnp.concatenate(
-            [jnp.ravel(g) for g in flatten_like(params, true_grad, "true_grad")]
-        ).astype(flat.dtype)
+        true_leaves = flatten_like(params, true_grad, "true_grad")
+        check_leaf_shapes(params, true_leaves, "true_grad")
+        true_flat = jnp.concatenate([jnp.ravel(g) for g in true_leaves]).astype(flat.dtype)
         coefficients = basis.T @ true_flat
         probes = jax.random.normal(key, (num_probes, dim), flat.dtype)
         grad, captured, _ = control_variate(coefficients, probes, differences(probes))
         return CVZODEstimate(
-            unravel(grad),
+            unravel(grad.astype(flat.dtype)),
             2 * num_probes,
             coefficients,
             captured,
@@ -226,7 +230,7 @@ def cv_zod_estimate(
         grad, coefficients, captured, total = jax.lax.cond(query_hint, with_hint, without_hint, key)
     used = jnp.asarray(query_hint)
     return CVZODEstimate(
-        unravel(grad),
+        unravel(grad.astype(flat.dtype)),
         2 * (num_probes + width),
         coefficients,
         captured,
@@ -279,7 +283,7 @@ def scale_by_cv_zod(
     check_key(key)
     num_probes = check_int("num_directions", num_directions)
     check_positive("sigma", sigma)
-    check_real("ema_decay", ema_decay, "lie in [0, 1)", lambda v: 0.0 <= v < 1.0)
+    check_scalar("ema_decay", ema_decay, "lie in [0, 1)", lambda v: 0.0 <= v < 1.0)
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
 

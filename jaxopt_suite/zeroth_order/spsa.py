@@ -7,17 +7,18 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import optax
 
-from jaxopt_suite._checks import check_finite_nonnegative
 from jaxopt_suite.zeroth_order._common import (
     Estimate,
     ValueFn,
     ZerothOrderState,
     check_positive,
+    check_scalar,
     random_direction_estimate,
     random_direction_transform,
 )
@@ -107,7 +108,7 @@ def scale_by_spsa(
       An ``optax.GradientTransformationExtraArgs`` whose ``update`` takes ``value_fn``.
     """
     check_positive("sigma", sigma)
-    check_finite_nonnegative("sigma_decay", sigma_decay)
+    check_scalar("sigma_decay", sigma_decay, "be finite and >= 0", lambda v: 0 <= v < math.inf)
     return random_direction_transform(
         "scale_by_spsa",
         key,

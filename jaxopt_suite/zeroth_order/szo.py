@@ -24,7 +24,10 @@ reading of its abstract and are kept together in :func:`_layer_block` (weights) 
   correction. For a linear layer the gradient's fan-in covariance and the loss curvature
   are both proportional to ``A^T A``, so the sign of the power picks a trade-off:
   ``+1/2`` is the minimum-MSE guess under that gradient model and gives the best cosine;
-  ``-1/2`` whitens the curvature (a natural-gradient-like step) and trains fastest;
+  ``-1/2`` whitens the curvature (a natural-gradient-like step) and trains fastest.
+  A head direction whose eigenvalue is rounding error of 0 (``s_j <= fan_in * eps * s_1``:
+  dead units, inputs that are always 0, ``kappa`` past the numerical rank) carries no
+  gradient and gets ``w_j = 0``; the normalisation runs over the other directions;
 * probe orthogonalisation: the q coordinate vectors are replaced by a Haar-random orthonormal
   q-frame of the k_eff-dimensional probe space scaled by ``sqrt(k_eff)``, which keeps
   ``E[c c^T] = I`` (hence the same expectation) while removing the cross terms between probes;
@@ -49,11 +52,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxopt_suite._checks import check_key, check_real
+from jaxopt_suite._checks import check_key
 from jaxopt_suite.zeroth_order._common import (
     ValueFn,
     check_int,
+    check_leaf_shapes,
     check_positive,
+    check_scalar,
     check_value,
     check_value_fn,
     directional_differences,
@@ -73,7 +78,7 @@ class SZOEstimate(NamedTuple):
     """An SZO gradient estimate with its diagnostics."""
 
     grad: Any  # pytree like params
-    num_evals: int  # value_fn evaluations (2 per probe)
+    num_evals: int  # value_fn evaluations (2 per probe; forward: 1 per probe, +1 for f(x))
     subspace_dim: int  # k_eff, dimension of the probe space
     captured_energy: jax.Array  # float [], ||P_U g||^2 / ||g||^2 (NaN without true_grad)
 
@@ -152,9 +157,11 @@ def _layer_block(
     num_rows, fan_in = inputs.shape
     out_in = _orientation(path, leaf.shape, fan_in, layout)
     fan_out = leaf.size // fan_in
-    inputs = jax.lax.stop_gradient(inputs).astype(leaf.dtype)
+    # LAPACK has no bf16 / f16 decompositions: they run in at least float32
+    work = jnp.promote_types(leaf.dtype, jnp.float32)
+    inputs = jax.lax.stop_gradient(inputs).astype(work)
     if bias is not None:
-        inputs = jnp.concatenate([inputs, jnp.ones((num_rows, 1), leaf.dtype)], axis=1)
+        inputs = jnp.concatenate([inputs, jnp.ones((num_rows, 1), work)], axis=1)
         fan_in += 1
     # Directions outside the inputs' span carry no gradient: never probe past the rank.
     rank = min(num_rows, fan_in)
@@ -168,17 +175,29 @@ def _layer_block(
     width = rank if bias_correction else head
     eigvals = jnp.maximum(eigvals[:width], 0.0)
     head_vals = eigvals[:head]
-    # The floor keeps whitening (negative powers) finite on dead directions.
-    relative = jnp.maximum(head_vals / (jnp.mean(head_vals) + jnp.finfo(leaf.dtype).tiny), 1e-4)
-    head_weights = relative**covariance_power
-    head_weights = head_weights / jnp.sqrt(jnp.mean(head_weights**2))
+    # rank bounds the numerical rank only: dead units or inputs that are always 0 leave head
+    # directions whose eigenvalue is rounding error. They carry no gradient and get no
+    # weight; whitened at the floor below they took almost all of it (weight 100 each
+    # against ~1, after the mean-square normalisation), and the estimate shrank ~1000-fold.
+    live = head_vals > fan_in * jnp.finfo(work).eps * head_vals[0]
+    # The floor keeps whitening (negative powers) finite on small live directions.
+    relative = jnp.maximum(head_vals / (jnp.mean(head_vals) + jnp.finfo(work).tiny), 1e-4)
+    head_weights = jnp.where(live, relative**covariance_power, 0.0)
+    # the mean square over the live directions (jnp.mean where all live: XLA folds its
+    # static count into the division, which a traced count would round differently)
+    mean_square = jnp.where(
+        jnp.all(live),
+        jnp.mean(head_weights**2),
+        jnp.sum(head_weights**2) / jnp.maximum(jnp.sum(live), 1),
+    )
+    head_weights = head_weights / jnp.sqrt(jnp.where(mean_square > 0, mean_square, 1.0))
     head_weights = head_weights.astype(leaf.dtype)
     tail = jnp.full((width - head,), tail_weight, leaf.dtype)
     return _Block(
         index,
         tuple(leaf.shape),
         width * fan_out,
-        eigvecs[:, :width],
+        eigvecs[:, :width].astype(leaf.dtype),
         jnp.concatenate([head_weights, tail]),
         jnp.concatenate([head_weights, 1.0 / tail]),
         head,
@@ -249,7 +268,7 @@ def _check_options(
     check_positive("tail_weight", tail_weight)
     # any real exponent is a weighting (the docstring's three are the reasoned ones); NaN
     # or inf makes every weight NaN, hence a NaN estimate
-    check_real("covariance_power", covariance_power, "be finite", math.isfinite)
+    check_scalar("covariance_power", covariance_power, "be finite", math.isfinite)
     if layout not in _LAYOUTS:
         raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
     return kappa, num_directions
@@ -388,8 +407,10 @@ def szo_estimate(
                 f"num_directions={num_directions} exceeds the probe-space dimension {dim}; "
                 "lower it or pass orthogonalize=False"
             )
+        work = jnp.promote_types(dtype, jnp.float32)  # LAPACK has no bf16 / f16 QR
         gaussian = jax.random.normal(key, (dim, num_directions), dtype)
-        q, r = jnp.linalg.qr(gaussian)
+        q, r = jnp.linalg.qr(gaussian.astype(work))
+        q, r = q.astype(dtype), r.astype(dtype)
         # Sign fix makes the frame Haar-distributed, hence E[c c^T] = I after scaling.
         coords = (q * jnp.sign(jnp.diagonal(r))[None, :]).T * jnp.sqrt(jnp.asarray(dim, dtype))
     else:
@@ -405,7 +426,9 @@ def szo_estimate(
     if true_grad is None:
         captured = jnp.asarray(jnp.nan, dtype)
     else:
-        captured = _captured_energy(blocks, flatten_like(params, true_grad, "true_grad"))
+        true_leaves = flatten_like(params, true_grad, "true_grad")
+        check_leaf_shapes(params, true_leaves, "true_grad")
+        captured = _captured_energy(blocks, true_leaves)
     return SZOEstimate(grad, num_evals, dim, captured.astype(dtype))
 
 

@@ -177,3 +177,36 @@ def test_key_is_split_every_update(name):
     first, state = update(params, transform.init(params), params)
     second, _ = update(params, state, params)
     assert float(jnp.max(jnp.abs(first["x"] - second["x"]))) > 0
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_low_precision_params_keep_their_dtype(dtype):
+    # LAPACK has no bf16 / f16 QR, eigh or SVD (SZO and CV-ZOD raised NotImplementedError),
+    # and a float32 loss promoted SPSA's and Gaussian smoothing's estimate to float32, which
+    # broke an optax chain's carry in lax.scan
+    from jaxopt_suite.zeroth_order import (
+        cv_zod_estimate,
+        gaussian_smoothing_estimate,
+        spsa_estimate,
+        szo_estimate,
+    )
+
+    params = {"w": jnp.ones((4, 3), dtype), "b": jnp.zeros(3, dtype)}
+    inputs = jax.random.normal(jax.random.key(1), (6, 4))
+
+    def loss(p):
+        out = inputs @ p["w"].astype(jnp.float32) + p["b"].astype(jnp.float32)[None, :]
+        return jnp.mean(out**2)
+
+    key = jax.random.key(0)
+    estimates = [
+        spsa_estimate(loss, params, key, num_directions=2).grad,
+        gaussian_smoothing_estimate(loss, params, key, num_directions=2).grad,
+        szo_estimate(loss, params, key, activations={"w": inputs, "b": None}, kappa=2).grad,
+        szo_estimate(loss, params, key, orthogonalize=True, num_directions=2).grad,
+        cv_zod_estimate(loss, params, params, key, num_directions=2).grad,
+    ]
+    for grad in estimates:
+        for leaf in jax.tree.leaves(grad):
+            assert leaf.dtype == dtype
+            assert bool(jnp.all(jnp.isfinite(leaf.astype(jnp.float32))))

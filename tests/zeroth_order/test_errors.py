@@ -53,8 +53,9 @@ def test_num_directions_must_be_a_positive_int(factory, bad):
 def test_key_and_sigma_are_checked(factory):
     with pytest.raises(TypeError, match="key must be a jax PRNG key"):
         factory(0)
-    with pytest.raises(ValueError, match="sigma must be > 0"):
-        factory(jax.random.key(0), sigma=0.0)
+    for bad in (0.0, float("inf")):  # an infinite step made every difference NaN
+        with pytest.raises(ValueError, match="sigma must be finite and > 0"):
+            factory(jax.random.key(0), sigma=bad)
 
 
 @pytest.mark.parametrize("factory", FACTORIES)
@@ -134,6 +135,43 @@ NAN, INF = float("nan"), float("inf")
 def test_hyperparameters_out_of_range_are_named(build, name, bad, expected):
     with pytest.raises(ValueError, match=f"{name} must {expected}, got {bad!r}"):
         build(jax.random.key(0), **{name: bad})
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (scale_by_cv_zod, "ema_decay"),
+        (scale_by_spsa, "sigma_decay"),
+        (scale_by_szo, "covariance_power"),
+        (scale_by_spsa, "sigma"),
+        (scale_by_szo, "tail_weight"),
+    ],
+)
+def test_hyperparameters_are_scalars(build, name):
+    # an array set one value per entry of whatever it met: cv_zod's averages became (2,)
+    # and failed at the second update, SPSA's decay failed naming sigma
+    with pytest.raises(ValueError, match=rf"{name} must be a scalar, got shape \(2,\)"):
+        build(jax.random.key(0), **{name: jnp.array([0.1, 0.2])})
+
+
+def test_tail_weight_must_be_finite(linear_regression):
+    value_fn, params, activations, _ = linear_regression
+    with pytest.raises(ValueError, match="tail_weight must be finite and > 0, got inf"):
+        szo_estimate(
+            value_fn, params, jax.random.key(0), activations=activations,
+            bias_correction=True, tail_weight=INF,
+        )  # fmt: skip
+
+
+def test_true_grad_leaves_must_have_their_parameters_shapes():
+    params = {"a": jnp.ones(3), "b": jnp.ones(2)}
+    value_fn = lambda p: jnp.sum(p["a"] ** 2) + jnp.sum(p["b"] ** 2)  # noqa: E731
+    swapped = {"a": jnp.ones(2), "b": jnp.ones(3)}  # read silently as one flat vector
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"true_grad\['a'\] must have the shape of params"):
+        cv_zod_estimate(value_fn, params, params, key, true_grad=swapped)
+    with pytest.raises(ValueError, match=r"true_grad\['a'\] must have the shape of params"):
+        szo_estimate(value_fn, params, key, true_grad=swapped)
 
 
 @pytest.mark.parametrize("bad", [NAN, INF])

@@ -293,3 +293,32 @@ def test_szo_never_probes_past_the_rank_of_the_inputs(linear_regression):
     # Two input rows span two directions of [a, 1]: 2 x 3 outputs (the bias rides along).
     assert estimate.subspace_dim == 2 * 3
     chex.assert_tree_all_finite(estimate.grad)
+
+
+def test_szo_gives_no_weight_to_dead_directions(linear_regression):
+    # Inputs that are always 0 (dead units) leave directions of eigenvalue ~0 inside kappa:
+    # whitened at the floor they took almost all the probe's weight and the estimate shrank
+    # ~1000-fold. An orthonormal frame of the whole probe space (num_directions =
+    # subspace_dim) makes the estimate its own expectation, so kappa one past the rank must
+    # give what kappa at the rank gives.
+    value_fn, params, _, inputs = linear_regression
+    dead = inputs.at[:, 6:].set(0.0)  # [a, 1] has rank 7
+
+    def loss(p):
+        residual = dead @ p["w"] + p["b"][None, :]
+        return 0.5 * jnp.mean(jnp.sum(residual**2, axis=-1))
+
+    def exact(kappa):
+        dim = kappa * 3
+        return szo_estimate(
+            loss, params, jax.random.key(0), activations={"w": dead, "b": None}, kappa=kappa,
+            num_directions=dim, covariance_power=-0.5, orthogonalize=True,
+        )  # fmt: skip
+
+    at_rank, past_rank = exact(7), exact(8)
+    assert (at_rank.subspace_dim, past_rank.subspace_dim) == (21, 24)
+    for leaf in ("w", "b"):
+        np.testing.assert_allclose(past_rank.grad[leaf], at_rank.grad[leaf], rtol=1e-3, atol=1e-4)
+    assert float(jnp.linalg.norm(at_rank.grad["w"])) > 0.1 * float(
+        jnp.linalg.norm(jax.grad(loss)(params)["w"])
+    )
