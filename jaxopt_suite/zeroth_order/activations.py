@@ -78,7 +78,7 @@ def conv_patches(
 
 def _as_pairs(padding: Any, num_spatial: int) -> str | list[tuple[int, int]] | None:
     if isinstance(padding, str):
-        return padding.upper() if padding.upper() in ("SAME", "VALID") else None
+        return padding.upper() if padding.upper() in ("SAME", "SAME_LOWER", "VALID") else None
     if isinstance(padding, int):
         return [(padding, padding)] * num_spatial
     pairs = []
@@ -119,6 +119,23 @@ def _flax_rows(module: Any, inputs: jax.Array) -> jax.Array | None:
     )
 
 
+def _escaped(value: Any) -> bool:
+    """Whether ``value`` is a tracer of a transformation that has already returned (a layer
+    called inside an inner ``vmap``, ``scan`` or ``jit``): its value cannot be used."""
+    trace = getattr(value, "_trace", None)
+    return (
+        isinstance(value, jax.core.Tracer) and hasattr(trace, "is_valid") and not trace.is_valid()
+    )
+
+
+def _inner_transform_error(layer: str) -> ValueError:
+    return ValueError(
+        f"{layer} is called inside a transformation of its own (jax.vmap, lax.scan, jax.jit or "
+        "flax's lifted nn.vmap / nn.scan), whose inputs cannot be recorded from outside; call "
+        "the layer directly on the batch (a per-token layer: reshape the tokens into the batch)"
+    )
+
+
 def _tree_from_lookup(tree: Any, lookup: dict[tuple, jax.Array]) -> Any:
     """A tree like ``tree`` holding ``lookup[path]`` at matching leaves, ``None`` elsewhere."""
 
@@ -138,6 +155,10 @@ def flax_forward_with_activations(
       kernel of every ``nn.Dense`` / ``nn.Conv`` holds its input rows, everything else
       ``None``). If ``variables`` is the inner ``params`` dict, pass it as
       ``{"params": params}`` and use ``activations["params"]``.
+
+    A layer called inside a lifted transformation (``nn.vmap``, ``nn.scan``) is refused by
+    name: its inputs are that transformation's tracers, which cannot be recorded from
+    outside.
     """
     import flax.linen as nn
 
@@ -153,6 +174,8 @@ def flax_forward_with_activations(
         outputs = module.apply(variables, *args, **kwargs)
     lookup = {}
     for path, calls in records.items():
+        if any(_escaped(inputs) for _, inputs in calls):
+            raise _inner_transform_error(f"layer {'/'.join(path)}")
         rows = [_flax_rows(target, inputs) for target, inputs in calls]
         if all(r is not None for r in rows):
             lookup[("params", *path, "kernel")] = jnp.concatenate(rows)
@@ -183,14 +206,15 @@ def _equinox_rows(layer: Any, calls: Sequence[jax.Array]) -> jax.Array | None:
     if isinstance(layer, eqx.nn.Linear):
         fan_in = layer.weight.shape[1]
         return jnp.concatenate([c.reshape(-1, fan_in) for c in calls])
-    if layer.groups != 1 or layer.padding_mode != "ZEROS":
+    padding = _as_pairs(layer.padding, layer.num_spatial_dims)
+    if layer.groups != 1 or layer.padding_mode != "ZEROS" or padding is None:
         return None
     rows = [
         conv_patches(
             c,
             layer.kernel_size,
             layer.stride,
-            _as_pairs(layer.padding, layer.num_spatial_dims),
+            padding,
             kernel_dilation=layer.dilation,
             channels_last=False,
         )
@@ -202,8 +226,10 @@ def _equinox_rows(layer: Any, calls: Sequence[jax.Array]) -> jax.Array | None:
 def equinox_forward_with_activations(model: Any, inputs: jax.Array) -> tuple[Any, Any]:
     """Runs ``jax.vmap(model)(inputs)`` and records the inputs of its Linear/Conv layers.
 
-    The model must call its layers directly in Python (not inside ``lax.scan``; an
-    ``eqx.nn.MLP`` built with ``scan=True`` is refused).
+    The model must call its layers directly in Python: an ``eqx.nn.MLP`` built with
+    ``scan=True`` is refused, and so is a layer called inside a transformation of its own
+    (``jax.vmap`` per token, ``lax.scan``, ``jax.jit``), by name, whose inputs cannot be
+    recorded from outside.
 
     Returns:
       ``(outputs, activations)`` with ``activations`` structured like
@@ -224,7 +250,11 @@ def equinox_forward_with_activations(model: Any, inputs: jax.Array) -> tuple[Any
             model,
             [_Recorder(layer, store) for (_, layer), store in zip(layers, stores, strict=True)],
         )
-        return wrapped(example), tuple(tuple(store) for store in stores)
+        outputs = wrapped(example)
+        for (path, _), store in zip(layers, stores, strict=True):
+            if any(_escaped(x) for x in store):
+                raise _inner_transform_error(f"layer model{jax.tree_util.keystr(path)}")
+        return outputs, tuple(tuple(store) for store in stores)
 
     outputs, recorded = jax.vmap(forward)(inputs)
     lookup = {}

@@ -142,3 +142,47 @@ def test_szo_accepts_both_helpers(flax_setup):
     assert paired.subspace_dim == 2 * 8 + 2 * 8 + 2 * 2
     # Unpaired, the biases (8 + 8 + 2 entries) are probed isotropically.
     assert estimate(False).subspace_dim == 2 * 8 + 2 * 8 + 2 * 2 + 8 + 8 + 2
+
+
+def test_equinox_same_lower_padding_is_recorded():
+    # "SAME_LOWER" reached conv_general_dilated as None and raised
+    keys = jax.random.split(jax.random.key(2), 2)
+    conv = eqx.nn.Conv2d(2, 3, 2, padding="SAME_LOWER", key=keys[0])
+    x = jax.random.normal(keys[1], (5, 2, 6, 6))
+    outputs, acts = equinox_forward_with_activations(conv, x)
+    predicted = acts.weight @ conv.weight.reshape(3, -1).T + conv.bias.reshape(1, -1)
+    np.testing.assert_allclose(predicted, jnp.moveaxis(outputs, 1, -1).reshape(-1, 3), atol=1e-5)
+
+
+def test_layers_inside_an_inner_transformation_are_refused_by_name():
+    # their inputs are tracers of a transformation that has returned: equinox raised
+    # UnexpectedTracerError, flax returned them and failed at their first use
+    class PerToken(eqx.Module):
+        lin: eqx.nn.Linear
+
+        def __call__(self, x):  # x: (tokens, 4)
+            return jax.vmap(self.lin)(x)
+
+    model = PerToken(eqx.nn.Linear(4, 3, key=jax.random.key(0)))
+    with pytest.raises(ValueError, match=r"layer model\.lin is called inside a transformation"):
+        equinox_forward_with_activations(model, jnp.ones((5, 6, 4)))
+
+    class FlaxPerToken(nn.Module):
+        @nn.compact
+        def __call__(self, x):  # (batch, tokens, 4)
+            dense = nn.vmap(
+                nn.Dense, in_axes=1, out_axes=1, variable_axes={"params": None},
+                split_rngs={"params": False},
+            )  # fmt: skip
+            return dense(3)(x)
+
+    flax_model = FlaxPerToken()
+    x = jnp.ones((5, 6, 4))
+    variables = flax_model.init(jax.random.key(0), x)
+    with pytest.raises(ValueError, match=r"layer VmapDense_0 is called inside a transformation"):
+        flax_forward_with_activations(flax_model, variables, x)
+    # under an outer jit the recorded inputs are that jit's own, live tracers: recorded
+    dense = nn.Dense(3)
+    dense_variables = dense.init(jax.random.key(0), x)
+    _, acts = jax.jit(lambda v, x: flax_forward_with_activations(dense, v, x))(dense_variables, x)
+    np.testing.assert_array_equal(acts["params"]["kernel"], x.reshape(-1, 4))
