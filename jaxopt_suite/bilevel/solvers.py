@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 import numbers
 import time
 import warnings
@@ -122,12 +123,26 @@ def _outer(outer: Any) -> optax.GradientTransformation:
     if callable(outer) and not isinstance(outer, numbers.Real):
         return optax.sgd(outer)  # a schedule
     _schedule("outer", outer)
-    return optax.sgd(float(outer))
+    # a traced step size (under jit or vmap) stays an array; a concrete one a float
+    return optax.sgd(outer if isinstance(outer, jax.core.Tracer) else float(outer))
+
+
+def _check_scalar(name: str, value: Any, expected: str, ok: Callable[[float], bool]) -> None:
+    """One real number passing ``ok`` (a traced one passes unchecked), else an error that
+    names ``name`` (a string or an array reached the step and failed there)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | np.ndarray | jax.Array):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if np.ndim(value) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
+    check_real(name, value, expected, ok)
+
+
+def _finite_positive(v: float) -> bool:
+    return 0.0 < v < math.inf
 
 
 def _check_unit(name: str, value: Any) -> None:
-    if not 0.0 < float(value) <= 1.0:
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    _check_scalar(name, value, "be in (0, 1]", lambda v: 0.0 < v <= 1.0)
 
 
 def _tree_norm(tree: Any) -> jax.Array:
@@ -180,8 +195,8 @@ def _single_loop(
     outer_tx = _outer(outer)
     if average is not None:
         _check_unit("average", average)
-    if aux_radius is not None and not float(aux_radius) > 0:
-        raise ValueError(f"aux_radius must be > 0 (or None), got {aux_radius!r}")
+    if aux_radius is not None:
+        _check_scalar("aux_radius", aux_radius, "be finite and > 0 (or None)", _finite_positive)
 
     def init(problem: BilevelProblem, x0: Any, y0: Any, key: jax.Array) -> BilevelState:
         check_key(key)
@@ -567,7 +582,7 @@ def implicit_reference(
     """The accuracy reference: each step solves the inner problem (warm-started gradient
     descent) and the linear system (CG) on its batches, then steps ``x`` with ``outer``."""
     check_implicit_settings(inner_lr, inner_steps, cg_steps)
-    inner_lr_value = float(inner_lr)
+    inner_lr_value = inner_lr if isinstance(inner_lr, jax.core.Tracer) else float(inner_lr)
 
     def directions(problem, x, y, v, inner_batch, outer_batch, key, beta, gamma):
         del key, beta, gamma
@@ -697,7 +712,8 @@ def run(
     on_failure: Literal["raise", "return"] = "raise",
 ) -> RunResult:
     """``num_steps`` steps of ``solver`` as one jitted ``lax.scan``, recording every
-    ``eval_every`` steps (default: 50 records over the run).
+    ``eval_every`` steps (default ``max(1, num_steps // 50)``: 50 to 99 records over a run
+    of 50 steps or more, one per step below).
 
     Batches come from ``problem.sample``. After a step goes non-finite the remaining
     segments are skipped; then ``on_failure="raise"`` raises ``FloatingPointError`` with the

@@ -95,6 +95,9 @@ def _dot_self(leaf: jax.Array) -> jax.Array:
     """``sum(leaf**2)`` as one dot: on CPU, XLA runs ``sum(square(w))`` as two kernels with
     a leaf-sized temporary between them, while a dot reads the leaf in place."""
     flat = jnp.ravel(leaf)
+    if jnp.issubdtype(flat.dtype, jnp.floating) and jnp.finfo(flat.dtype).bits < 32:
+        # a float16 sum of squares overflows past 65504
+        return jnp.vdot(flat, flat, preferred_element_type=jnp.float32)
     return jnp.vdot(flat, flat)
 
 
@@ -194,8 +197,8 @@ def add_lifted(tree: Any, probes: list, coords: list, scale: jax.Array, chunks: 
     """
     out = []
     for leaf, p, c in zip(jax.tree.leaves(tree), probes, coords, strict=True):
-        if p is None:
-            out.append(leaf + scale * c)
+        if p is None:  # in the leaf's dtype: a float32 scale must not promote a float16 y
+            out.append(leaf + (scale * c).astype(leaf.dtype))
             continue
         rows = leaf.shape[0]
         blocks = max(1, min(chunks, rows))

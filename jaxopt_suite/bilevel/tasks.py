@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 from jaxopt_suite import datasets
-from jaxopt_suite._checks import check_finite_nonnegative
+from jaxopt_suite._checks import check_finite_nonnegative, check_real
 from jaxopt_suite.bilevel.problem import BilevelProblem
 from jaxopt_suite.bilevel.subspace import dense, sq_norm
 
@@ -263,18 +263,22 @@ def data_mixture(
     Group k gets label noise ``label_noise[k]`` and Gaussian input noise of scale
     ``input_noise[k]``; ``x`` (K logits) weights the groups' losses through a softmax:
     ``g = sum_k softmax(x)_k CE_k(y) + reg/2 ||y||^2`` on one batch per group, ``f`` the
-    clean validation loss. A good mixture puts its weight on the clean groups.
+    clean validation loss. A good mixture puts its weight on the clean groups: the metric
+    ``weight_clean_group`` is the weight of the cleanest one (least label noise, then least
+    input noise; group 0 by default).
     """
     split = load_split() if split is None else split
     _check_batch(batch_size)
     check_regularisation(reg)
     check_finite_nonnegative("input_noise", input_noise)
+    check_real("label_noise", label_noise, "lie in [0, 1]", lambda v: 0.0 <= v <= 1.0)
     if len(label_noise) != len(input_noise) or len(label_noise) < 2:
         raise ValueError(
             "label_noise and input_noise must have the same length K >= 2, got "
             f"{len(label_noise)} and {len(input_noise)}"
         )
     groups = len(label_noise)
+    cleanest = int(np.lexsort((np.asarray(input_noise), np.asarray(label_noise)))[0])
     rng = np.random.default_rng(seed)
     owner = rng.integers(0, groups, split.x_train.shape[0])
     inputs, labels = [], []
@@ -321,7 +325,7 @@ def data_mixture(
 
     def evaluate(x, y):
         out = metrics(x, y)
-        out["weight_clean_group"] = jax.nn.softmax(x)[0]
+        out["weight_clean_group"] = jax.nn.softmax(x)[cleanest]
         return out
 
     info = {

@@ -115,7 +115,7 @@ def test_implicit_settings_are_checked_where_they_are_used():
 def test_other_bad_configs():
     with pytest.raises(ValueError, match=r"average must be in \(0, 1\]"):
         bilevel.ma_soba(inner_lr=0.1, outer=0.1, average=0.0)
-    with pytest.raises(ValueError, match="aux_radius must be > 0"):
+    with pytest.raises(ValueError, match="aux_radius must be finite and > 0"):
         bilevel.ma_soba(inner_lr=0.1, outer=0.1, aux_radius=0.0)
     with pytest.raises(ValueError, match="hvp_mode must be"):
         bilevel.soba(inner_lr=0.1, outer=0.1, hvp_mode="reverse")
@@ -262,3 +262,66 @@ def test_an_unhashable_eval_fn_still_runs():
         q.problem, solver, q.x0, q.y0, jax.random.key(0), 6, eval_every=3, eval_fn=Evaluator()
     )
     assert result.history["b_norm"].shape == (2,)
+
+
+def test_traced_outer_average_and_radius_pass_and_bad_ones_are_named():
+    # outer, average, aux_radius and the reference's inner_lr went through float(): traced
+    # under vmap they raised ConcretizationTypeError, a string reached the step
+    q = Quadratic()
+    batches = q.problem.sample(jax.random.key(1))
+
+    def final_x(value):
+        solver = bilevel.ma_soba(inner_lr=0.1, outer=value, average=value, aux_radius=10 * value)
+        state = solver.init(q.problem, q.x0, q.y0, jax.random.key(0))
+        return solver.step(state, batches).x[0]
+
+    both = jax.vmap(final_x)(jnp.array([0.1, 0.2]))
+    np.testing.assert_allclose(both[1], final_x(0.2), rtol=1e-6)
+
+    def reference_x(inner_lr):
+        solver = bilevel.implicit_reference(inner_lr=inner_lr, inner_steps=5, outer=0.1)
+        state = solver.init(q.problem, q.x0, q.y0, jax.random.key(0))
+        return solver.step(state, batches).x[0]
+
+    np.testing.assert_allclose(
+        jax.vmap(reference_x)(jnp.array([0.2]))[0], reference_x(0.2), rtol=1e-6
+    )
+    for kwargs, error, message in (
+        ({"average": "0.5"}, TypeError, "average must be a number, got '0.5'"),
+        ({"average": np.array([0.1, 0.2])}, ValueError, r"average must be a scalar"),
+        ({"average": 1.5}, ValueError, r"average must be in \(0, 1\], got 1.5"),
+        ({"aux_radius": "1.0"}, TypeError, "aux_radius must be a number"),
+        ({"aux_radius": float("inf")}, ValueError, "aux_radius must be finite and > 0"),
+    ):
+        with pytest.raises(error, match=message):
+            bilevel.ma_soba(inner_lr=0.1, outer=0.1, **kwargs)
+
+
+def test_float16_iterates_keep_their_dtype_and_their_norm():
+    from jaxopt_suite.bilevel import subspace
+    from jaxopt_suite.bilevel.solvers import _project_ball
+
+    # ||v||^2 = 1e5 overflowed float16 to inf, and the projection set v to 0
+    v = {"w": jnp.full((1000,), 10.0, jnp.float16)}
+    assert float(subspace.sq_norm(v)) == pytest.approx(1e5, rel=1e-3)
+    np.testing.assert_array_equal(_project_ball(v, 1e6)["w"], v["w"])
+    # BROS's exact (small) leaves took a float32 step and the scan's carry changed dtype
+    q = Quadratic()
+    y0 = jax.tree.map(lambda leaf: leaf.astype(jnp.float16), q.y0)
+    solver = bilevel.bros(rank=2, inner_lr=0.1, outer=0.1, exact_small_leaves=True)
+    result = bilevel.run(q.problem, solver, q.x0, y0, jax.random.key(0), 4)
+    assert all(leaf.dtype == jnp.float16 for leaf in jax.tree.leaves(result.state.y))
+
+
+def test_data_mixture_reads_the_cleanest_group_and_names_label_noise():
+    from jaxopt_suite.bilevel import tasks
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 3)).astype(np.float32)
+    y = rng.integers(0, 2, 40).astype(np.int32)
+    split = tasks.Split(x, y, x, y, x, y, num_classes=2, name="tiny")
+    with pytest.raises(ValueError, match=r"label_noise must lie in \[0, 1\], got \(0.0, 1.5\)"):
+        tasks.data_mixture(split, label_noise=(0.0, 1.5), input_noise=(0.0, 0.0), batch_size=4)
+    task = tasks.data_mixture(split, label_noise=(0.9, 0.0), input_noise=(0.0, 0.0), batch_size=4)
+    metrics = task.evaluate(jnp.array([-5.0, 5.0]), task.y0)
+    assert float(metrics["weight_clean_group"]) > 0.99  # group 1 is the clean one
