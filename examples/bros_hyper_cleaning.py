@@ -1,6 +1,6 @@
 """Hyper-data cleaning with BROS against MA-SOBA: learn which training labels to trust.
 
-    python examples/bros_hyper_cleaning.py                  # Fashion-MNIST if installed
+    python examples/bros_hyper_cleaning.py                  # Fashion-MNIST, else digits
     python examples/bros_hyper_cleaning.py --quick          # digits, a few hundred steps
     python examples/bros_hyper_cleaning.py --hidden 512 512 # an MLP lower level
 
@@ -15,7 +15,7 @@ import argparse
 
 import jax
 
-from jaxopt_suite import bilevel
+from jaxopt_suite import bilevel, datasets
 from jaxopt_suite.bilevel import tasks
 
 
@@ -28,7 +28,13 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     steps = 400 if args.quick else args.steps
-    split = tasks.load_split("digits") if args.quick else tasks.load_split(n_train=20_000)
+    if args.quick:
+        split = tasks.load_split("digits")
+    else:  # 20k Fashion-MNIST samples where its files are installed, else all of digits
+        try:
+            split = tasks.load_split("fashion_mnist", n_train=20_000)
+        except datasets.DatasetNotFoundError:
+            split = tasks.load_split("digits")
     task = tasks.hyper_cleaning(split, corruption=args.corruption, hidden=tuple(args.hidden))
     solvers = {
         "MA-SOBA": bilevel.ma_soba(inner_lr=0.1, outer=100.0),
