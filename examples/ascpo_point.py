@@ -2,7 +2,7 @@
 expectation constraint on the episode's max cost.
 
     python examples/ascpo_point.py            # 3 seeds, 100 iterations
-    python examples/ascpo_point.py --quick    # 2 seeds, 60 iterations
+    python examples/ascpo_point.py --quick    # 2 seeds, 100 iterations
     python examples/ascpo_point.py --checkpoints /tmp/ascpo   # resumable, every 10
 
 A point mass earns reward by approaching a goal that lies behind three hazards; the cost of
@@ -10,7 +10,9 @@ a step is how deep it is inside a hazard. SCPO keeps the mean of the episodes' m
 under ``w``, so about half the episodes may still go deeper than ``w``; ASCPO keeps
 ``mean + k std`` under ``w``, which caps the violation probability at ``1 / (1 + k^2)``
 (5% for ``k = 4.36``). Both share the trust region (KL 0.05) and everything else. The
-deterministic policies are evaluated at the end.
+deterministic policies are evaluated at the end. At 60 iterations ASCPO had not settled on
+every machine: with another float rounding (another CPU, or the tests' lighter compiler
+pipeline) one seed's policy still crossed a hazard.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def main(argv=None):
     parser.add_argument("--checkpoints", default=None, help="directory: save and resume ASCPO")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    iterations, seeds = (60, 2) if args.quick else (args.iterations, args.seeds)
+    iterations, seeds = (100, 2) if args.quick else (args.iterations, args.seeds)
     env = envs.make("point_goal_hazards")
     print(f"limit w = {LIMIT}, k = {K}: certified violation <= {ascpo.certificate(K):.0%}")
     out = {}
