@@ -9,7 +9,8 @@ panel: the batch sits in the lane dimension, as the batched LP solver wants (``A
 matrix's transpose (``BlockELL.from_scipy(matrix.T)``).
 
 ``interpret=None`` runs compiled on GPU and in interpret mode elsewhere (CPU lowering is
-interpret-only); :func:`bsr_spmm_reference` is the same product in plain ``jnp``.
+interpret-only); :func:`bsr_spmm_reference` is the same product in plain ``jnp``. Both
+multiply in the dtype ``A`` and ``X`` promote to and return it.
 """
 
 from __future__ import annotations
@@ -61,9 +62,12 @@ class BlockELL:
         bm, bn = block_sizes.bm, block_sizes.bn
         nbr = -(-m // bm)
         coo = A.tocoo()
+        # int64 codes: scipy's int32 indices overflowed row * nbc past 2**31 tiles (a
+        # 50000 x 50000 matrix in 1 x 1 tiles), and a wrapped code put a tile elsewhere
+        row, col = coo.row.astype(np.int64), coo.col.astype(np.int64)
         nbc = -(-n // bn)
         # Tiles present, as codes row * nbc + col, sorted: each block row's tiles are a run.
-        codes = np.unique((coo.row // bm) * nbc + coo.col // bn)
+        codes = np.unique((row // bm) * nbc + col // bn)
         tile_row = codes // nbc
         counts = np.bincount(tile_row, minlength=nbr)
         K = max(1, int(counts.max()) if codes.size else 1)
@@ -72,9 +76,9 @@ class BlockELL:
         cols = np.zeros((nbr, K), np.int32)
         cols[tile_row, slot_of_code] = codes % nbc
         blocks = np.zeros((nbr, K, bm, bn), np.float64)
-        entry_code = (coo.row // bm) * nbc + coo.col // bn
+        entry_code = (row // bm) * nbc + col // bn
         entry_slot = slot_of_code[np.searchsorted(codes, entry_code)]
-        np.add.at(blocks, (coo.row // bm, entry_slot, coo.row % bm, coo.col % bn), coo.data)
+        np.add.at(blocks, (row // bm, entry_slot, row % bm, col % bn), coo.data)
         dtype = dtype or jnp.result_type(float)
         return cls(jnp.asarray(blocks, dtype), jnp.asarray(cols), (int(m), int(n)), block_sizes)
 
@@ -103,10 +107,13 @@ def bsr_spmm_reference(A: BlockELL, X: jax.Array) -> jax.Array:
     """``A @ X`` in plain ``jnp`` (gather the row panels, one einsum)."""
     _check(A, X)
     bn = A.block_sizes.bn
+    dtype = jnp.result_type(A.blocks, X)  # the kernel's too
+    if 0 in (A.shape[0], A.shape[1], X.shape[1]):  # nothing to gather
+        return jnp.zeros((A.shape[0], X.shape[1]), dtype)
     Xp = _pad_rows(A, X)
     panels = Xp.reshape(-1, bn, X.shape[1])[A.cols]  # (nbr, K, bn, B)
-    Y = jnp.einsum("rkij,rkjb->rib", A.blocks, panels.astype(A.blocks.dtype))
-    return Y.reshape(-1, X.shape[1])[: A.shape[0]].astype(jnp.result_type(A.blocks, X))
+    Y = jnp.einsum("rkij,rkjb->rib", A.blocks.astype(dtype), panels.astype(dtype))
+    return Y.reshape(-1, X.shape[1])[: A.shape[0]]
 
 
 def _kernel(cols_ref, blocks_ref, x_ref, o_ref, *, K, bn):
@@ -145,16 +152,20 @@ def bsr_spmm(
         interpret = jax.default_backend() != "gpu"
     nbr, K = A.cols.shape
     bm, bn = A.block_sizes.bm, A.block_sizes.bn
-    Xp = _pad_rows(A, X).astype(A.blocks.dtype)
+    # the product of the two dtypes, as the reference's (a float64 X was cut to float32)
+    dtype = jnp.result_type(A.blocks, X)
     B = X.shape[1]
+    if 0 in (A.shape[0], A.shape[1], B):  # an empty grid or panel: nothing to multiply
+        return jnp.zeros((A.shape[0], B), dtype)
+    Xp = _pad_rows(A, X).astype(dtype)
     whole = pl.BlockSpec(memory_space=pl.ANY)
     out = pl.pallas_call(
         functools.partial(_kernel, K=K, bn=bn),
-        out_shape=jax.ShapeDtypeStruct((nbr * bm, B), A.blocks.dtype),
+        out_shape=jax.ShapeDtypeStruct((nbr * bm, B), dtype),
         grid=(nbr,),
         in_specs=[whole, whole, whole],
         out_specs=pl.BlockSpec((bm, B), lambda i: (i, 0)),
         interpret=interpret,
         compiler_params=compiler_params,
-    )(A.cols, A.blocks, Xp)
+    )(A.cols, A.blocks.astype(dtype), Xp)
     return out[: A.shape[0]]

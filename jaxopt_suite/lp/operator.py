@@ -31,22 +31,24 @@ from jax import custom_batching
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["cols", "vals", "segment"],
-    meta_fields=["rows", "split"],
+    meta_fields=["rows", "split", "columns"],
 )
 @dataclasses.dataclass(frozen=True)
 class EllMatrix:
     """``cols, vals``: ``(r, k)`` slabs; ``segment[i]``: the matrix row of slab row ``i``
-    (sorted; used when ``split``); ``rows``: the matrix's row count."""
+    (sorted; used when ``split``); ``rows`` and ``columns``: the matrix's shape (``columns``
+    None: unchecked)."""
 
     cols: jax.Array
     vals: jax.Array
     segment: jax.Array
     rows: int
     split: bool
+    columns: int | None = None
 
     @classmethod
     def from_scipy(cls, A, dtype) -> EllMatrix:
-        A = sp.csr_array(A)
+        A = sp.csr_array(A, copy=True)  # sum_duplicates must not rewrite the caller's
         A.sum_duplicates()
         m = A.shape[0]
         counts = np.diff(A.indptr)
@@ -56,7 +58,7 @@ class EllMatrix:
         width = max(width, 1)
         pieces = np.maximum(1, -(-counts // width))  # slab rows per matrix row
         segment = np.repeat(np.arange(m), pieces)
-        first = np.concatenate([[0], np.cumsum(pieces)[:-1]])  # first slab row of each row
+        first = np.cumsum(pieces) - pieces  # first slab row of each row
         # position of each stored entry: slab row and slot within it
         within = np.arange(A.nnz) - np.repeat(A.indptr[:-1], counts)
         slab_row = np.repeat(first, counts) + within // width
@@ -66,10 +68,17 @@ class EllMatrix:
         cols[slab_row, slot] = A.indices
         vals[slab_row, slot] = A.data
         split = bool(len(segment) != m)
-        return cls(jnp.asarray(cols), jnp.asarray(vals), jnp.asarray(segment, jnp.int32), m, split)
+        return cls(
+            jnp.asarray(cols), jnp.asarray(vals), jnp.asarray(segment, jnp.int32), m, split,
+            int(A.shape[1]),
+        )  # fmt: skip
 
     def matvec(self, x: jax.Array) -> jax.Array:
         """``A x`` for ``x`` of shape ``(n,)`` or ``(n, B)``."""
+        if self.columns is not None and x.shape[0] != self.columns:  # x[cols] would clamp
+            raise ValueError(f"x has {x.shape[0]} rows but the matrix has {self.columns} columns")
+        if self.cols.shape[0] == 0 or x.shape[0] == 0:  # an empty matrix: nothing to gather
+            return jnp.zeros((self.rows, *x.shape[1:]), jnp.result_type(self.vals, x))
         gathered = x[self.cols]  # (r, k) or (r, k, B)
         vals = self.vals if x.ndim == 1 else self.vals[:, :, None]
         out = jnp.sum(vals * gathered, axis=1)
@@ -91,7 +100,9 @@ def _shared_matvec(vector: Callable, panel: Callable):
     def batched(axis_size, in_batched, matrix, x):
         matrix_batched, x_batched = in_batched
         if any(jax.tree.leaves(matrix_batched)):
-            out = jax.vmap(vector, in_axes=(0, 0 if x_batched else None))(matrix, x)
+            # per leaf: a leaf shared across the batch (the pattern, say) is not mapped
+            axes = jax.tree.map(lambda batched: 0 if batched else None, matrix_batched)
+            out = jax.vmap(vector, in_axes=(axes, 0 if x_batched else None))(matrix, x)
             return out, True
         if not x_batched:
             return matvec(matrix, x), False

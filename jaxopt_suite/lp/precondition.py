@@ -93,6 +93,7 @@ def equilibrate(
     m, n = A.shape
     A = sp.csr_array(A, copy=True)
     A.sum_duplicates()
+    A.eliminate_zeros()  # a stored zero is no entry: 0**0 = 1 counted it in Pock-Chambolle
     A.sort_indices()
     rows = np.repeat(np.arange(m), np.diff(A.indptr))
     cols = A.indices

@@ -64,6 +64,9 @@ def test_bad_input_is_named():
         native.csr_panel(matrix, jnp.ones(12, jnp.int32))
     with pytest.raises(ValueError, match=r"\(n,\) or \(n, B\)"):
         native.csr_panel(matrix, jnp.ones((12, 2, 2), jnp.float32))
+    for rows in (2, 20):  # a short x was read past its end, a long one accepted
+        with pytest.raises(ValueError, match=f"x has {rows} rows but the matrix has 12 columns"):
+            native.csr_panel(matrix, jnp.ones(rows, jnp.float32))
 
 
 def test_build_reports_a_broken_compiler(tmp_path):

@@ -104,3 +104,30 @@ def test_compacting_a_batch_changes_no_result(monkeypatch):
     assert np.all(gap <= options.eval_every)
     np.testing.assert_allclose(compacted.x[solved], together.x[solved], rtol=0, atol=1e-4)
     np.testing.assert_allclose(compacted.y[solved], together.y[solved], rtol=0, atol=1e-4)
+
+
+def test_a_matrix_batched_in_some_leaves_maps_only_those():
+    # vmap over the values of one pattern: every leaf was mapped over its first axis, the
+    # shared cols too, and the products came out wrong
+    base = EllMatrix.from_scipy(sp.csr_array([[1.0, 2, 0], [0, 0, 3], [4, 0, 5]]), np.float32)
+    x = jnp.array([1.0, 10.0, 100.0])
+
+    def product(scale):
+        m = EllMatrix(base.cols, base.vals * scale, base.segment, base.rows, base.split)
+        return EllOperator(m, m) @ x
+
+    out = jax.vmap(product)(jnp.array([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(out, [[21, 300, 504], [42, 600, 1008], [63, 900, 1512]])
+
+
+def test_a_vector_of_the_wrong_length_is_refused_and_the_input_kept():
+    A = sp.csr_array(([1.0, 2.0, 3.0], [1, 1, 0], [0, 2, 3]), shape=(2, 3))  # a duplicate
+    op = EllOperator.from_scipy(A, np.float32)
+    assert A.nnz == 3 and not A.has_canonical_format  # the caller's matrix is not rewritten
+    for bad in (jnp.ones(2), jnp.ones(5)):  # x[cols] clamped and returned wrong values
+        with pytest.raises(ValueError, match=f"x has {bad.shape[0]} rows but the matrix has 3"):
+            op @ bad
+    np.testing.assert_allclose(op @ jnp.array([1.0, 10.0, 100.0]), [30.0, 3.0])
+    for shape in ((0, 4), (4, 0)):  # empty matrices failed to build
+        empty = EllOperator.from_scipy(sp.csr_array(shape), np.float32)
+        assert (empty @ jnp.ones(shape[1])).shape == (shape[0],)

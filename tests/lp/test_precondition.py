@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from jaxopt_suite.lp import LP, precondition
+from jaxopt_suite.lp.precondition import equilibrate
 
 
 def _badly_scaled_lp(seed=0, m=12, n=9):
@@ -71,3 +72,17 @@ def test_bound_norm_does_not_overflow():
     assert _finite_norm(np.array([1e200, -np.inf]), np.array([3.0])) == pytest.approx(1e200)
     assert _finite_norm(np.array([3.0, 4.0]), np.array([np.inf])) == pytest.approx(5.0)
     assert _finite_norm(np.array([np.inf])) == 0.0
+
+
+def test_stored_zeros_are_not_entries():
+    # 0**0 = 1 counted a stored zero in Pock-Chambolle's sums: a row or column of stored
+    # zeros did not keep scale 1, and the scales depended on how the matrix was stored
+    stored = sp.csr_array(([2.0, 0.0, 0.0, 3.0], [0, 1, 0, 1], [0, 2, 3, 4]), shape=(3, 2))
+    clean = stored.copy()
+    clean.eliminate_zeros()
+    for alpha in (0.0, 1.0, 2.0):
+        a = equilibrate(stored, ruiz_iterations=0, pock_chambolle_alpha=alpha)
+        b = equilibrate(clean, ruiz_iterations=0, pock_chambolle_alpha=alpha)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    assert a[0][1] == 1.0  # row 1 holds only a stored zero

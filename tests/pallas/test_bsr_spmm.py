@@ -84,3 +84,31 @@ def test_bad_input():
         bsr_spmm(np.eye(4), jnp.ones((4, 2)))
     with pytest.raises(ValueError, match="bm must be an int >= 1"):
         BlockSizes(0, 2)
+
+
+def test_tile_codes_past_int32_land_in_their_block_row():
+    # 70000 x 70000 in 1 x 1 tiles: row * nbc overflowed scipy's int32 indices, and the
+    # entry at row 61400 was put in another block row (its product read 0, not 10)
+    n = 70000
+    rows, cols = np.array([0, 61400], np.int32), np.array([0, 5], np.int32)
+    A = sp.csr_array(sp.coo_array(([1.0, 2.0], (rows, cols)), shape=(n, n)))
+    E = BlockELL.from_scipy(A, BlockSizes(1, 1))
+    out = bsr_spmm_reference(E, jnp.arange(n, dtype=jnp.float32)[:, None])
+    assert float(out[61400, 0]) == 10.0 and float(out[0, 0]) == 0.0
+
+
+def test_kernel_and_reference_share_the_promoted_dtype_and_empty_shapes():
+    A = sp.random(12, 10, density=0.4, random_state=1, format="csr")
+    X = np.random.default_rng(1).normal(size=(10, 2))
+    with jax.enable_x64(True):  # float32 A, float64 X: the kernel cut X to float32
+        E = BlockELL.from_scipy(A, BlockSizes(8, 8), dtype=jnp.float32)
+        out = bsr_spmm(E, jnp.asarray(X), interpret=True)
+        reference = bsr_spmm_reference(E, jnp.asarray(X))
+    assert out.dtype == reference.dtype == jnp.float64
+    np.testing.assert_allclose(out, reference, rtol=0, atol=1e-12)
+    for shape, batch in (((0, 4), 2), ((4, 0), 2), ((3, 4), 0)):
+        empty = BlockELL.from_scipy(sp.csr_array(shape), BlockSizes(8, 8))
+        X0 = jnp.ones((shape[1], batch), jnp.float32)
+        for product in (bsr_spmm, bsr_spmm_reference):
+            got = product(empty, X0)
+            assert got.shape == (shape[0], batch) and not np.any(np.asarray(got))

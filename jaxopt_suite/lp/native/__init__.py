@@ -51,21 +51,22 @@ def require() -> None:
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["indptr", "indices", "data"],
-    meta_fields=["rows"],
+    meta_fields=["rows", "columns"],
 )
 @dataclasses.dataclass(frozen=True)
 class CsrMatrix:
-    """A CSR matrix on the device, for :func:`csr_panel`."""
+    """A CSR matrix on the device, for :func:`csr_panel` (``columns`` None: unchecked)."""
 
     indptr: jax.Array  # (rows + 1,) int32
     indices: jax.Array  # (nnz,) int32
     data: jax.Array  # (nnz,)
     rows: int
+    columns: int | None = None
 
     @classmethod
     def from_scipy(cls, A, dtype) -> CsrMatrix:
         require()
-        A = sp.csr_array(A)
+        A = sp.csr_array(A, copy=True)  # sum_duplicates must not rewrite the caller's
         A.sum_duplicates()
         if A.nnz >= 2**31:
             raise ValueError(f"the native kernel takes under 2**31 nonzeros, got {A.nnz}")
@@ -74,6 +75,7 @@ class CsrMatrix:
             jnp.asarray(A.indices, jnp.int32),
             jnp.asarray(A.data, dtype),
             int(A.shape[0]),
+            int(A.shape[1]),
         )
 
     def matvec(self, x: jax.Array) -> jax.Array:
@@ -87,6 +89,10 @@ def csr_panel(matrix: CsrMatrix, x: jax.Array) -> jax.Array:
         raise ValueError(f"x must have shape (n,) or (n, B), got {x.shape}")
     if x.dtype != matrix.data.dtype:
         raise ValueError(f"x has dtype {x.dtype} but the matrix holds {matrix.data.dtype}")
+    if matrix.columns is not None and x.shape[0] != matrix.columns:  # the kernel would read
+        raise ValueError(  # past the end of a short x
+            f"x has {x.shape[0]} rows but the matrix has {matrix.columns} columns"
+        )
     out = jax.ShapeDtypeStruct((matrix.rows, *x.shape[1:]), x.dtype)
     call = jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")
     return call(matrix.indptr, matrix.indices, matrix.data, x)
