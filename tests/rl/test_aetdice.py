@@ -250,6 +250,42 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match=r"share one utility class, got \['Tchebycheff', 'Thr"):
         A.train_aetdice(data, [U.ser(U.tchebycheff(m=2)), U.ser(U.threshold([1.0, 1.0]))],
                         jax.random.key(0), CONFIG)  # fmt: skip
+    # SER with a linear g next to ESR (whose g is linear too) passed the class check and
+    # failed stacking (M, 2) rewards on (M, 1)
+    with pytest.raises(ValueError, match="train SER and ESR objectives in separate calls"):
+        A.train_aetdice(data, [U.ser(U.linear([0.5, 0.5])), U.esr(U.tchebycheff(m=2))],
+                        jax.random.key(0), CONFIG)  # fmt: skip
+    # an episode without a step put its padding into the dual as a first state; none at all
+    # trained NaN policies or failed inside jax
+    mask = data.mask.copy()
+    mask[3] = 0.0
+    empty = data._replace(
+        mask=mask, rewards=data.rewards * mask[..., None], actions=data.actions * mask[..., None],
+        terminals=data.terminals * mask,
+    )  # fmt: skip
+    for train in (A.train_aetdice, A.train_optidice, A.train_bc):
+        with pytest.raises(ValueError, match=r"dataset.mask is 0 from the first step of episode 3"):
+            train(empty, U.esr(U.linear([1.0, 1.0])), jax.random.key(0), CONFIG)
+    none = data._replace(**{f: getattr(data, f)[:0] for f in data._fields if f != "metadata"})
+    with pytest.raises(ValueError, match="dataset holds no episodes"):
+        A.train_aetdice(none, U.esr(U.linear([1.0, 1.0])), jax.random.key(0), CONFIG)
+
+
+def test_the_exact_solver_checks_its_inputs():
+    objective = U.esr(U.tchebycheff(m=2))
+    for kwargs, message in (
+        ({"slip": 3.0}, r"slip must lie in \[0, 1\], got 3.0"),
+        ({"horizon": 0}, "horizon must be an integer >= 1, got 0"),
+    ):
+        arguments = {"horizon": 3, "slip": 0.3} | kwargs
+        with pytest.raises(ValueError, match=message):
+            exact.optimum(objective, arguments["horizon"], arguments["slip"])
+        with pytest.raises(ValueError, match=message):
+            exact.return_distribution(0.5, arguments["horizon"], arguments["slip"])
+    with pytest.raises(ValueError, match=r"policy must be a probability or a \(T, T \+ 1\)"):
+        exact.value(objective, np.full((4, 4), 0.5), 4, 0.3)
+    with pytest.raises(ValueError, match="policy's entries are probabilities"):
+        exact.return_distribution(2.0, 2, 0.3)
 
 
 def test_behaviour_policy_trains_on_preferences_and_collects():

@@ -2,8 +2,9 @@
 
 D4MORL's data come from PGMORL's policies, one per preference. Here one PPO run trains a
 preference-conditioned policy ``pi(a | s, w)`` on :class:`envs.PreferenceConditionedWrapper`
-(each environment slot of the batch holds one of the preferences, and the reward is
-``w . r``), and :class:`BehaviourPolicy` is the callable :func:`envs.collect` rolls out.
+(each environment slot's episode draws ``w`` as a random convex combination of the
+preferences, and the reward is ``w . r``), and :class:`BehaviourPolicy` is the callable
+:func:`envs.collect` rolls out (at the preference rows themselves, corners of that hull).
 
 The PPO is :mod:`..ppo_lagrangian` with the constraint switched off: a zero cost, a multiplier
 held at 0 (``lagrange_learning_rate = 0``), so the update is plain PPO-clip.
@@ -61,9 +62,10 @@ def train_behaviour(
     """Trains a preference-conditioned behaviour policy on a multi-objective ``env`` of
     :mod:`envs` (unbatched) for the rows of ``preferences (P, m)``.
 
-    ``config`` sets the PPO run (its cost settings are overridden); ``num_envs`` should be a
-    multiple of ``P`` or larger, so every preference gets slots. Returns the policy and the
-    per-iteration training metrics (``episode_return`` is the preference-weighted return).
+    ``config`` sets the PPO run (its cost settings are overridden); every slot's episodes
+    train at Dirichlet(1) mixtures of the rows, so ``num_envs`` need not relate to ``P``.
+    Returns the policy and the per-iteration training metrics (``episode_return`` is the
+    preference-weighted return).
     """
     config = PPOLagrangianConfig() if config is None else config
     config = dataclasses.replace(

@@ -179,7 +179,7 @@ class DiceData(NamedTuple):
     features: jax.Array  # (M, F) nu's input at s, and the policy's unless policy_features
     next_features: jax.Array  # (M, F) at s'
     actions: jax.Array  # (M, A)
-    continues: jax.Array  # (M,) gamma_t: 0 where the episode or the horizon ended
+    continues: jax.Array  # (M,) gamma_t: 0 after a termination (and at the horizon, finite)
     initial_features: jax.Array  # (N, F) at each episode's first state
     feature_mean: jax.Array  # (F,)
     feature_std: jax.Array  # (F,)

@@ -24,7 +24,15 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from jaxopt_suite._checks import check_integer, check_real
 from jaxopt_suite.rl.aetdice.utilities import AET
+
+
+def _check(horizon, slip) -> None:
+    """``horizon`` an int >= 1 and ``slip`` a probability (a slip of 3 gave negative
+    probabilities and values without an error)."""
+    check_integer("horizon", horizon, 1)
+    check_real("slip", slip, "lie in [0, 1]", lambda v: 0.0 <= v <= 1.0)
 
 
 def _unit_probabilities(slip: float) -> np.ndarray:
@@ -41,8 +49,17 @@ def _transformed(objective: AET, horizon: int, scale) -> np.ndarray:
 
 def return_distribution(policy: np.ndarray, horizon: int, slip: float) -> np.ndarray:
     """``P(G = (k, T - k))`` for ``k = 0..T`` under a policy table ``P(choose 0 | t, k)``
-    ``(T, T + 1)`` (or a scalar: a Markov policy)."""
-    table = np.broadcast_to(np.asarray(policy, np.float64), (horizon, horizon + 1))
+    ``(T, T + 1)`` (or a scalar: a Markov policy), entries in ``[0, 1]``."""
+    _check(horizon, slip)
+    array = np.asarray(policy, np.float64)
+    if array.shape not in ((), (horizon, horizon + 1)):
+        raise ValueError(
+            f"policy must be a probability or a (T, T + 1) = ({horizon}, {horizon + 1}) table, "
+            f"got shape {array.shape}"
+        )
+    if not np.all((array >= 0.0) & (array <= 1.0)):
+        raise ValueError("policy's entries are probabilities: they must lie in [0, 1]")
+    table = np.broadcast_to(array, (horizon, horizon + 1))
     q0, q1 = _unit_probabilities(slip)
     probs = np.zeros(horizon + 1)
     probs[0] = 1.0
@@ -71,6 +88,7 @@ def optimum(objective: AET, horizon: int, slip: float, scale=1.0, grid: int = 20
     backward induction on ``E[h(G)]``, exact, valid because every utility here increases in
     its argument.
     """
+    _check(horizon, slip)
     q = _unit_probabilities(slip)
     if objective.inner is None:
         chosen = np.linspace(0.0, horizon, grid)

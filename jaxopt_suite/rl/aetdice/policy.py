@@ -98,6 +98,15 @@ def check_dataset(dataset, objective: AET | None = None) -> None:
             f"{type(dataset).__name__}"
         )
     validate_dataset(dataset)
+    mask = np.asarray(dataset.mask)
+    if mask.shape[0] == 0:
+        raise ValueError("dataset holds no episodes (dataset.mask has shape (0, T))")
+    empty = np.flatnonzero(mask[:, 0] == 0)
+    if empty.size:  # its padding would enter the dual as a first state, and N
+        raise ValueError(
+            f"dataset.mask is 0 from the first step of episode {int(empty[0])} ({empty.size} "
+            "episode(s) without a step): drop them"
+        )
     if objective is None:
         return
     size = np.shape(dataset.rewards)[-1]
@@ -264,6 +273,13 @@ def fit_problems(
         raise ValueError(
             f"objectives trained in one call must share one utility class, got "
             f"{sorted(kinds)}: train each class in a call of its own"
+        )
+    sizes = {problem.rewards.shape[-1] for problem in problems}
+    if len(sizes) > 1:  # SER's m transformed rewards against ESR's one (both linear g)
+        raise ValueError(
+            f"objectives trained in one call must transform the rewards alike, got "
+            f"{sorted(sizes)} transformed objectives: train SER and ESR objectives in "
+            "separate calls"
         )
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *problems)
     results = _fit(config, action_size, weighted, True)(data, stacked, keys)
