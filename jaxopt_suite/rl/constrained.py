@@ -1,11 +1,13 @@
 """CPO, SCPO and ASCPO: one trust-region training loop, three constraints.
 
 Every iteration rolls out ``num_envs x unroll_length`` steps, fits the reward critic and
-the cost critic (Adam, full batch), and takes one CPO step (:mod:`.trust_region`) on the
+the cost critic (Adam on minibatches), and takes one CPO step (:mod:`.trust_region`) on the
 policy:
 
 * ``cpo`` (Achiam et al., 2017): the per-step cost, discounted by ``cost_discount``;
-  ``c = mean(EpCost) - cost_limit``; ``S`` the mean cost advantage per episode.
+  ``c = mean(EpCost) - cost_limit``; ``S`` the mean cost advantage per episode (the
+  batch's summed advantage over ``N``, the steps over the mean length of the episodes
+  that ended in the batch).
 * ``scpo`` (Zhao et al., "State-wise constrained policy optimization", 2023): the same
   update on the maximum MDP: the cost is the max-cost increment (undiscounted), so
   ``c = mean(EpMaxCost) - cost_limit``, an expectation constraint on the episode's max
@@ -63,13 +65,27 @@ ALGORITHMS = ("ascpo", "scpo", "cpo")
 CONSTRAINTS = {"cpo": "cost", "scpo": "max_cost", "ascpo": "bound"}
 
 
+def episodes_in(batch: Transition, episode_length: int) -> jax.Array:
+    """``N``, the number of episodes a batch's steps stand for: its steps over the mean
+    length of the episodes that ended in it (Achiam's CPO rescales its cost surrogate by that
+    mean length, ``EpLen``), or over ``episode_length`` when none ended. A fixed
+    ``steps / episode_length`` overstated every per-episode mean by ``episode_length`` over
+    the mean length where episodes end early (at a goal, by a fall)."""
+    done = batch.episode_done.astype(jnp.float32)
+    ended = jnp.sum(done)
+    total = jnp.sum(done * batch.episode_length.astype(jnp.float32))
+    length = jnp.where(ended > 0, total / jnp.maximum(ended, 1.0), episode_length)
+    return done.size / length
+
+
 @dataclasses.dataclass(frozen=True)
 class TrustRegionConfig:
     """Settings of :func:`make_train`. The defaults are the ASCPO code's (``notes/rl.md``)
     except where a CPU needs less work per iteration: the batch and iteration counts; CG
     runs 10 iterations (the code: 100) with damping 0.01 (the code: none) on Fisher-vector
     products from every ``fisher_subsample``-th sample; each critic takes ``critic_steps``
-    Adam steps on ``critic_batch_size``-sample draws (the code: full-batch steps)."""
+    Adam steps on ``critic_batch_size``-sample draws (the code: full-batch steps); the line
+    search backtracks at most ``max_backtracks = 50`` times (the code: 100)."""
 
     algorithm: str = "ascpo"
     cost_limit: float = 0.0
@@ -146,7 +162,6 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
     critic_optimizer = optax.adam(config.critic_learning_rate)
     on_max_mdp = config.algorithm != "cpo"
     cost_discount = 1.0 if on_max_mdp else config.cost_discount
-    episodes = config.num_envs * config.unroll_length / config.episode_length
 
     def fit_critic(network, params, opt_state, obs, targets, weights, key):
         """``critic_steps`` Adam steps, each on ``critic_batch_size`` samples drawn with
@@ -173,6 +188,7 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
     def policy_step(params: Params, batch: Transition, data: Prepared, c):
         weights, obs = data.weights, data.obs
         total = jnp.sum(weights)
+        episodes = episodes_in(batch, config.episode_length)
         old_mean, old_log_std = policy.apply(params.policy, obs)
         flat0, unravel = ravel_pytree(params.policy)
 

@@ -200,3 +200,26 @@ def test_line_search_accepts_the_first_point_that_satisfies_every_rule():
     recovery = up._replace(case=jnp.int32(0))
     out = search(recovery, jnp.float32(-1.0))
     assert bool(out.accepted) and int(out.backtracks) == 0
+
+
+def test_the_surrogates_episode_count_follows_the_episodes_that_ended():
+    # N was fixed at steps / episode_length: where episodes end early (at a goal, by a fall)
+    # every per-episode mean of the cost surrogate came out episode_length / mean length
+    # times too large
+    from jaxopt_suite.rl.constrained import episodes_in
+    from jaxopt_suite.rl.rollout import Transition
+
+    steps, envs_ = 10, 4
+    zeros = jnp.zeros((steps, envs_))
+    done = zeros.at[3, 0].set(1.0).at[7, 0].set(1.0).at[9, 2].set(1.0)
+    length = zeros.at[3, 0].set(4.0).at[7, 0].set(4.0).at[9, 2].set(10.0)
+    batch = Transition(
+        obs=jnp.zeros((steps, envs_, 1)), action=jnp.zeros((steps, envs_, 1)),
+        log_prob=zeros, reward=zeros, cost=zeros, cost_increment=zeros, termination=zeros,
+        truncation=zeros, episode_done=done, episode_return=zeros, episode_cost=zeros,
+        episode_max_cost=zeros, episode_length=length,
+    )  # fmt: skip
+    # three episodes ended, of mean length 6: 40 steps stand for 40 / 6 episodes
+    np.testing.assert_allclose(float(jax.jit(episodes_in, static_argnums=1)(batch, 10)), 40 / 6)
+    none_ended = batch._replace(episode_done=zeros)
+    np.testing.assert_allclose(float(episodes_in(none_ended, 10)), 4.0)
