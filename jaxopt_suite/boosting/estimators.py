@@ -171,9 +171,13 @@ class _Boosting(BaseEstimator):
             self.best_round_ = best_round(self.eval_loss_, int(self.early_stopping_rounds))
         else:
             self.best_round_ = int(config.rounds) - 1
-        if self.model_.weights is not None and self.best_round_ < int(config.rounds) - 1:
-            kept = dataclasses.replace(config, rounds=self.best_round_ + 1)
-            self.model_ = fit_boosting(X, y, kept, jax.random.key(seed)).model
+        if self.best_round_ < int(config.rounds) - 1:
+            if self.model_.weights is not None:
+                kept = dataclasses.replace(config, rounds=self.best_round_ + 1)
+                self.model_ = fit_boosting(X, y, kept, jax.random.key(seed)).model
+            else:  # the kept rounds only, so predict_raw(model_, X) is the estimator's score
+                trees = jax.tree.map(lambda a: a[: self.best_round_ + 1], self.model_.trees)
+                self.model_ = self.model_._replace(trees=trees)
         return self
 
     def _raw(self, X, rounds=None):
@@ -219,6 +223,8 @@ class AICNBoostingClassifier(ClassifierMixin, _Boosting):
             raise ValueError(f"y has only {K} class; a classifier needs at least 2")
         config = self._config("logistic" if K == 2 else "softmax", None if K == 2 else K)
         if eval_set is not None:
+            if not isinstance(eval_set, tuple | list) or len(eval_set) != 2:
+                raise ValueError(f"eval_set must be a pair (X, y), got {type(eval_set).__name__}")
             X_val, y_val = eval_set
             unknown = ~np.isin(np.asarray(y_val), self.classes_)
             if np.any(unknown):
@@ -296,12 +302,15 @@ class AICNBoostingRegressor(RegressorMixin, _Boosting):
         with self._unchanged_on_error():
             self._check_early_stopping()
             X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+            self.loss_ = self.loss  # predictions use the fitted loss's link, not a later one
             return self._fit(X, y, self._config(self.loss), eval_set)
 
     def predict(self, X):
-        return np.asarray(get_loss(self.loss).link(self._raw(X))[:, 0], np.float64)
+        check_is_fitted(self, "model_")
+        return np.asarray(get_loss(self.loss_).link(self._raw(X))[:, 0], np.float64)
 
     def staged_predict(self, X):
-        link = get_loss(self.loss).link
+        check_is_fitted(self, "model_")
+        link = get_loss(self.loss_).link
         for F in self._staged_raw(X):
             yield np.asarray(link(F)[:, 0], np.float64)

@@ -18,11 +18,12 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxopt_suite._checks import check_integer, check_key, check_settings
 from jaxopt_suite.boosting import steps as step_rules
 from jaxopt_suite.boosting.binning import BinEdges, apply_bins, check_features, fit_bins
-from jaxopt_suite.boosting.losses import get_loss
+from jaxopt_suite.boosting.losses import Loss, get_loss
 from jaxopt_suite.boosting.trees import (
     HISTOGRAMS,
     Tree,
@@ -47,7 +48,11 @@ class BoostingConfig:
     (``softmax`` needs ``num_classes``). ``step``: one of :data:`steps.STEPS`;
     ``newton_cd`` implies ``learner="coordinate"``. ``l2`` is XGBoost's ``lambda`` (and the
     Hessian floor of ``aicn``); ``aicn_L`` the AICN constant; ``grn_M`` the GRN constant;
-    ``subsample`` the fraction of rows each round sees (drawn from ``key``)."""
+    ``subsample`` the fraction of rows each round sees (drawn from ``key``).
+    ``min_split_gain`` is compared with the split gain
+    ``1/2 [G_L^2/(H_L+l2) + G_R^2/(H_R+l2) - G^2/(H+l2)]`` (Chen & Guestrin's eq. 7), half
+    the gain XGBoost's ``gamma`` and LightGBM's ``min_split_gain`` are compared with: their
+    value prunes here as half of it does there."""
 
     loss: Any = "logistic"
     num_classes: int | None = None
@@ -105,6 +110,13 @@ class BoostingConfig:
             out = dataclasses.replace(out, learner="coordinate")
         if out.learner == "stump":
             out = dataclasses.replace(out, learner="tree", depth=1)
+        if self.num_classes is not None:
+            check_integer("num_classes", self.num_classes, 2)  # int(2.5) fitted 2 classes
+            if not isinstance(self.loss, Loss) and self.loss != "softmax":
+                raise ValueError(
+                    f"num_classes={self.num_classes!r} is for loss='softmax'; loss="
+                    f"{self.loss!r} has its own number of outputs (leave num_classes None)"
+                )
         get_loss(out.loss, out.num_classes)  # raises on a bad loss
         return out
 
@@ -112,6 +124,21 @@ class BoostingConfig:
         """The tunable numbers, passed as traced leaves (no recompile when they change)."""
         names = ("eta", "l2", "min_child_weight", "min_split_gain", "aicn_L", "grn_M", "subsample")
         return {k: jnp.asarray(float(getattr(self, k)), jnp.float32) for k in names}
+
+
+def _float32(X: np.ndarray, name: str) -> jax.Array:
+    """``X`` in float32, the coordinate learner's precision; a ValueError naming the first
+    column whose finite values overflow it (they became inf and the fit NaN)."""
+    with np.errstate(over="ignore"):
+        narrow = np.asarray(X, np.float32)
+    overflow = np.isinf(narrow) & np.isfinite(X)
+    if np.any(overflow):
+        column = int(np.flatnonzero(overflow.any(axis=0))[0])
+        raise ValueError(
+            f"{name}[:, {column}] holds values beyond float32's range (|x| > 3.4e38), which "
+            "the coordinate learner computes in: rescale that feature"
+        )
+    return jnp.asarray(narrow)
 
 
 class BoostingModel(NamedTuple):
@@ -299,7 +326,13 @@ def fit_boosting(
     if eval_set is None:
         eval_X, eval_y = X[:0], y[:0]
     else:
-        eval_X, eval_y = check_features(eval_set[0], "eval_set X"), loss.check(eval_set[1])
+        if not isinstance(eval_set, tuple | list) or len(eval_set) != 2:
+            raise ValueError(f"eval_set must be a pair (X, y), got {type(eval_set).__name__}")
+        eval_X = check_features(eval_set[0], "eval_set X")
+        try:
+            eval_y = loss.check(eval_set[1])
+        except ValueError as err:  # the loss's message names y: these are eval_set's
+            raise ValueError(f"eval_set y: {err}") from None
         if eval_X.shape[1] != X.shape[1] or eval_X.shape[0] != eval_y.shape[0]:
             raise ValueError(
                 f"eval_set must be (X[m, {X.shape[1]}], y[m]), got {eval_X.shape} and "
@@ -308,9 +341,9 @@ def fit_boosting(
     hyper = config.hyper()
     if config.learner == "coordinate":
         W, trace, failed = _fit_coordinates(
-            jnp.asarray(X, jnp.float32),
+            _float32(X, "X"),
             jnp.asarray(y),
-            jnp.asarray(eval_X, jnp.float32),
+            _float32(eval_X, "eval_set X"),
             jnp.asarray(eval_y),
             hyper,
             loss=loss,
@@ -356,7 +389,7 @@ def predict_raw(model: BoostingModel, X, rounds: int | None = None) -> jax.Array
             )
         if X.shape[1] != model.weights.shape[0]:
             raise ValueError(f"X has {X.shape[1]} features, the model {model.weights.shape[0]}")
-        return jnp.asarray(X, jnp.float32) @ model.weights + model.base[None, :]
+        return _float32(X, "X") @ model.weights + model.base[None, :]
     total = model.trees.value.shape[0]
     rounds = total if rounds is None else check_integer("rounds", rounds, 0)  # 2.7 was 2
     if rounds > total:

@@ -36,6 +36,11 @@ def _labels(y, name="y") -> np.ndarray:
     y = np.asarray(y)
     if y.ndim != 1:
         raise ValueError(f"{name} must be 1-d (one label per sample), got shape {y.shape}")
+    if y.dtype.kind not in "biuf":  # strings failed inside a comparison ufunc
+        raise ValueError(
+            f"{name} must hold numbers, got dtype {y.dtype} (encode the classes as 0..K-1; "
+            "AICNBoostingClassifier takes any labels)"
+        )
     if y.dtype.kind in "fc" and not np.all(np.isfinite(y)):
         raise ValueError(f"{name} contains NaN or infinite labels")
     return y

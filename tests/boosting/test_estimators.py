@@ -44,6 +44,34 @@ def _noise(n=300, d=40):
     return rng.normal(size=(n, d)), rng.integers(0, 2, n)
 
 
+def test_tree_models_keep_only_the_rounds_up_to_the_best():
+    # model_ held every round, so predict_raw(model_, X) disagreed with the estimator
+    from jaxopt_suite.boosting import predict_raw
+
+    X, y = _noise()
+    clf = AICNBoostingClassifier(rounds=40, early_stopping_rounds=2).fit(X, y)
+    assert clf.best_round_ < 39
+    assert clf.model_.trees.value.shape[0] == clf.best_round_ + 1
+    np.testing.assert_allclose(
+        np.asarray(predict_raw(clf.model_, X))[:, 0], clf._raw(X)[:, 0], rtol=1e-6
+    )
+
+
+def test_regressor_predicts_with_the_loss_it_was_fitted_with():
+    # predict read self.loss: after set_params(loss="squared") a Poisson model returned raw
+    # log-scores
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = rng.poisson(np.exp(0.5 * X[:, 0]) + 1.0)
+    reg = AICNBoostingRegressor(loss="poisson", rounds=10).fit(X, y)
+    before = reg.predict(X[:5])
+    reg.set_params(loss="squared")
+    np.testing.assert_array_equal(reg.predict(X[:5]), before)
+    assert np.all(before > 0)
+    with pytest.raises(ValueError, match=r"eval_set must be a pair \(X, y\)"):
+        AICNBoostingClassifier(rounds=2).fit(X, (X[:, 0] > 0).astype(int), eval_set=X)
+
+
 def test_coordinate_learner_early_stopping_keeps_the_best_round():
     # The coordinate learner keeps one weight matrix; with early stopping it must still
     # predict from the best round, not the last (on noise the validation loss rises).

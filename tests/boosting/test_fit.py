@@ -224,6 +224,37 @@ def test_bad_input_is_named(key):
     # the coordinate learner sees every row: a subsample was silently ignored
     with pytest.raises(ValueError, match="subsample=0.5 needs a tree learner"):
         fit_boosting(X, y, BoostingConfig(step="newton_cd", subsample=0.5), key)
+    # strings failed inside a comparison ufunc; int(2.5) fitted two classes; a class count
+    # beside another loss was ignored
+    with pytest.raises(ValueError, match="y must hold numbers, got dtype <U1"):
+        fit_boosting(
+            X, np.array(list("ab") * 10), BoostingConfig(loss="softmax", num_classes=2), key
+        )
+    with pytest.raises(ValueError, match="num_classes must be an integer >= 2, got 2.5"):
+        fit_boosting(X, y, BoostingConfig(loss="softmax", num_classes=2.5), key)
+    with pytest.raises(ValueError, match="num_classes=3 is for loss='softmax'"):
+        fit_boosting(X, y, BoostingConfig(loss="logistic", num_classes=3), key)
+    # an eval_set that is not a pair failed on an index; its bad labels blamed y
+    for bad in ((X,), X):
+        with pytest.raises(ValueError, match=r"eval_set must be a pair \(X, y\)"):
+            fit_boosting(X, y, BoostingConfig(rounds=2), key, eval_set=bad)
+    with pytest.raises(ValueError, match=r"eval_set y: poisson loss needs y >= 0"):
+        fit_boosting(X, np.abs(X[:, 0]), BoostingConfig(loss="poisson", rounds=2), key,
+                     eval_set=(X, X[:, 0]))  # fmt: skip
+
+
+def test_coordinate_features_beyond_float32_are_named(key):
+    # cast to float32 they became inf, and the fit's losses NaN with status 1
+    X = np.random.default_rng(0).normal(size=(30, 4))
+    y = (X[:, 0] > 0).astype(int)
+    big = X.copy()
+    big[:, 2] *= 1e39
+    config = BoostingConfig(rounds=3, step="newton_cd")
+    with pytest.raises(ValueError, match=r"X\[:, 2\] holds values beyond float32's range"):
+        fit_boosting(big, y, config, key)
+    model = fit_boosting(X, y, config, key).model
+    with pytest.raises(ValueError, match=r"X\[:, 2\] holds values beyond float32's range"):
+        predict_raw(model, big)
 
 
 def test_a_failed_round_is_not_applied_and_its_loss_must_be_finite(key):
