@@ -15,8 +15,18 @@ def check_kind(kind: str, valid: Collection[str], name: str = "kind") -> str:
     return kind
 
 
+def _real_scalar(value) -> bool:
+    """A finite real number: a Python or NumPy scalar or a 0-d real array, not a bool."""
+    if isinstance(value, bool | np.bool_) or isinstance(value, jax.core.Tracer):
+        return False
+    array = np.asarray(value) if hasattr(value, "dtype") else None
+    if array is not None:
+        return array.ndim == 0 and array.dtype.kind in "iuf" and math.isfinite(float(array))
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
 def check_nonnegative(value: float, name: str) -> float:
-    if not (isinstance(value, int | float | np.floating | np.integer) and math.isfinite(value)):
+    if not _real_scalar(value):
         raise ValueError(f"{name}={value!r} must be a finite number >= 0")
     if value < 0:
         raise ValueError(f"{name}={value!r} must be >= 0")
@@ -39,7 +49,7 @@ def check_limit(value, name: str):
 
 
 def check_positive(value: float, name: str) -> float:
-    if not (isinstance(value, int | float | np.floating | np.integer) and math.isfinite(value)):
+    if not _real_scalar(value):
         raise ValueError(f"{name}={value!r} must be a finite number > 0")
     if value <= 0:
         raise ValueError(f"{name}={value!r} must be > 0")
@@ -48,7 +58,10 @@ def check_positive(value: float, name: str) -> float:
 
 def check_points(points, name: str) -> np.ndarray:
     """``points`` as a float32 ``(n, 2)`` array of finite xy coordinates, n >= 1."""
-    array = np.asarray(points, dtype=np.float32)
+    try:
+        array = np.asarray(points, dtype=np.float32)
+    except (TypeError, ValueError):  # ragged, or not numbers
+        raise ValueError(f"{name} must be xy points of shape (n, 2), got {points!r}") from None
     if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] != 2:
         raise ValueError(f"{name} must be xy points of shape (n, 2) with n >= 1, got {array.shape}")
     if not np.all(np.isfinite(array)):
@@ -58,7 +71,10 @@ def check_points(points, name: str) -> np.ndarray:
 
 def check_point(point, name: str) -> np.ndarray:
     """``point`` as a float32 ``(2,)`` array of finite xy coordinates."""
-    array = np.asarray(point, dtype=np.float32)
+    try:
+        array = np.asarray(point, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={point!r} must be a finite xy point of shape (2,)") from None
     if array.shape != (2,) or not np.all(np.isfinite(array)):
         raise ValueError(f"{name}={point!r} must be a finite xy point of shape (2,)")
     return array

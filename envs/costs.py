@@ -195,10 +195,17 @@ class LimitCostWrapper(CostWrapper):
         joint_limit: float = 0.0,
     ):
         super().__init__(env)
-        if len(height_range) != 2 or not height_range[0] < height_range[1]:
+        if (
+            not isinstance(height_range, tuple | list)
+            or len(height_range) != 2
+            or not height_range[0] < height_range[1]
+        ):
             raise ValueError(f"height_range={height_range!r} must be (low, high) with low < high")
         self.height_range = (float(height_range[0]), float(height_range[1]))
-        self.joint_indices = np.asarray(joint_indices, dtype=np.int32).reshape(-1)
+        indices = np.asarray(joint_indices)
+        if indices.size and indices.dtype.kind not in "iu":  # 1.9 read as 1, True as 1
+            raise ValueError(f"joint_indices={joint_indices!r} must be integers (indices into q)")
+        self.joint_indices = indices.astype(np.int32).reshape(-1)
         self.joint_limit = check_nonnegative(joint_limit, "joint_limit")
 
     def reset(self, rng: jax.Array) -> State:

@@ -47,6 +47,12 @@ class MaxCostWrapper(Wrapper):
     """
 
     def reset(self, rng: jax.Array) -> State:
+        batching = (training.VmapWrapper, training.EpisodeWrapper, training.AutoResetWrapper)
+        if any(isinstance(layer, batching) for layer in _layers(self.env)):
+            raise ValueError(
+                "MaxCostWrapper must sit inside Brax's training wrappers (its maximum resets "
+                "with each episode): wrap the unbatched environment, then wrap_for_training"
+            )
         state = self.env.reset(rng)
         if "cost" not in state.info:
             raise ValueError(
@@ -127,7 +133,13 @@ class _RawKeys(Wrapper):
     """
 
     def reset(self, rng: jax.Array) -> State:
-        if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+        typed = jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)
+        if rng.ndim < (1 if typed else 2):  # one key: Brax's counters would have no batch
+            raise ValueError(
+                f"reset takes one key per environment, (num_envs,) typed or (num_envs, 2) raw "
+                f"keys, got shape {rng.shape}: jax.random.split(key, num_envs)"
+            )
+        if typed:
             rng = jax.random.key_data(rng)
         return self.env.reset(rng)
 
@@ -150,8 +162,9 @@ def wrap_for_training(env: Env, episode_length: int, action_repeat: int = 1) -> 
     ``(num_envs, 2)`` raw ones.
 
     With ``action_repeat > 1`` the repeats run inside Brax's wrappers (see :class:`_RepeatAction`)
-    so that no cost increment is lost; an episode still ends after ``episode_length`` inner
-    steps, as in Brax, but ``info['steps']`` and the episode length count actions taken.
+    so that no cost increment is lost; an episode ends after ``ceil(episode_length /
+    action_repeat)`` actions, that is ``episode_length`` inner steps rounded up to a whole
+    action (as in Brax), and ``info['steps']`` and the episode length count actions taken.
 
     Args:
       env: an unbatched environment with a :class:`envs.CostWrapper` in its wrapper chain

@@ -146,7 +146,9 @@ def make(name: str, *, max_cost: bool = True, **kwargs) -> Env:
         arguments.
 
     Raises:
-      ValueError: for an unknown ``name`` (the message lists the valid ones) or a bad option.
+      ValueError: for an unknown ``name`` (the message lists the valid ones) or a bad option
+        value.
+      TypeError: for an option the task does not take (the environment's own message).
     """
     if name not in _TASKS:
         raise ValueError(f"unknown environment name={name!r}; valid names: {', '.join(names())}")

@@ -111,6 +111,27 @@ def test_max_cost_wrapper_needs_a_cost():
         env.reset(jax.random.key(0))
 
 
+def test_the_wrappers_order_and_keys_are_checked():
+    # outside Brax's training wrappers the max never reset and the first step failed in Brax
+    inner = envs.make("point_goal_hazards", max_cost=False)
+    from envs._brax import training
+
+    outside = envs.MaxCostWrapper(training.wrap(inner, 5))
+    with pytest.raises(ValueError, match="MaxCostWrapper must sit inside Brax's training"):
+        outside.reset(jax.random.split(jax.random.key(0), 2))
+    # one key instead of one per environment failed inside Brax's key handling
+    env = envs.wrap_for_training(envs.make("point_goal_hazards"), 10)
+    for key in (jax.random.key(0), jax.random.key_data(jax.random.key(0))):
+        with pytest.raises(ValueError, match="reset takes one key per environment"):
+            env.reset(key)
+    # joint indices must be integers: 1.9 and True were read as joint 1
+    for indices in ([1.9], [True]):
+        with pytest.raises(ValueError, match="joint_indices=.* must be integers"):
+            envs.LimitCostWrapper(envs.PointGoal(), (-1.0, 1.0), joint_indices=indices)
+    with pytest.raises(ValueError, match=r"height_range=1.0 must be \(low, high\)"):
+        envs.LimitCostWrapper(envs.PointGoal(), 1.0)
+
+
 def test_wrap_for_training_checks_its_input():
     with pytest.raises(ValueError, match="CostWrapper"):
         envs.wrap_for_training(envs.PointGoal(), 10)

@@ -42,11 +42,21 @@ def test_unknown_name_lists_the_valid_ones():
         ("hopper_velocity", {"kind": "dense"}, r"kind='dense' must be one of"),
         ("hopper_velocity", {"backend": "warp"}, r"backend='warp' must be one of"),
         ("ant_goal_hazards", {"size": 0}, r"size=0 must be > 0"),
+        # a bool read as 1.0; ragged points failed inside numpy without the argument's name
+        ("point_goal_hazards", {"size": True}, r"size=True must be a finite number > 0"),
+        ("point_goal_hazards", {"centres": [(1, 2), (3,)]}, r"centres must be xy points"),
+        ("hopper_velocity", {"threshold": True}, r"threshold=True must be a finite number"),
     ],
 )
 def test_bad_options_name_the_argument(name, kwargs, message):
     with pytest.raises(ValueError, match=message):
         envs.make(name, **kwargs)
+
+
+def test_array_scalars_are_numbers():
+    # a 0-d array was refused as "must be a finite number" though it is one
+    env = envs.make("point_goal_hazards", size=np.array(0.3))
+    assert env.reset(jax.random.key(0)).obs.shape[-1] == env.observation_size
 
 
 def test_velocity_thresholds_are_safety_gymnasium_v1():
