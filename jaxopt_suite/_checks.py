@@ -67,6 +67,18 @@ def check_finite_positive(name: str, value: Any) -> None:
     check_real(name, value, "be finite and > 0", lambda v: 0.0 < v < math.inf)
 
 
+def check_widths(name: str, value: Any) -> tuple[int, ...]:
+    """Hidden-layer widths: a tuple or list of integers >= 1 (possibly empty), as a tuple;
+    a ValueError naming ``name`` otherwise (0 divided by zero in an initialiser, 8.5 or
+    "64" failed as a shape)."""
+    if not isinstance(value, tuple | list) or not all(
+        isinstance(width, numbers.Integral) and not isinstance(width, bool) and width >= 1
+        for width in value
+    ):
+        raise ValueError(f"{name} must be a tuple of layer widths, integers >= 1, got {value!r}")
+    return tuple(int(width) for width in value)
+
+
 def check_settings(
     config,
     *,
@@ -74,10 +86,12 @@ def check_settings(
     nonnegative: tuple[str, ...] = (),
     positive: tuple[str, ...] = (),
     unit: tuple[str, ...] = (),
+    widths: tuple[str, ...] = (),
 ) -> None:
     """The named fields of ``config``: integers >= 1, finite numbers >= 0, finite numbers
-    > 0, numbers in ``(0, 1]``; a ``ValueError`` naming the first that is not (an infinite
-    step size, limit or penalty turns a training run into NaN, not into a limit case)."""
+    > 0, numbers in ``(0, 1]``, layer widths; a ``ValueError`` naming the first that is not
+    (an infinite step size, limit or penalty turns a training run into NaN, not into a limit
+    case)."""
     for name in integers:
         check_integer(name, getattr(config, name), 1)
     for name in nonnegative:
@@ -86,3 +100,5 @@ def check_settings(
         check_finite_positive(name, getattr(config, name))
     for name in unit:
         check_real(name, getattr(config, name), "lie in (0, 1]", lambda v: 0 < v <= 1)
+    for name in widths:
+        check_widths(name, getattr(config, name))

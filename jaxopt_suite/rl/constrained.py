@@ -124,6 +124,7 @@ class TrustRegionConfig:
             positive=("max_kl", "critic_learning_rate"),
             unit=("discount", "gae_lambda", "cost_discount", "cost_gae_lambda",
                   "backtrack_decay"),
+            widths=("hidden",),
         )  # fmt: skip
         if self.episode_length < 2:  # a one-step episode is all truncation: no returns
             raise ValueError(f"episode_length must be >= 2, got {self.episode_length}")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxopt_suite._checks import check_real
+
 
 def gae(
     rewards: jax.Array,
@@ -57,7 +59,15 @@ def gae(
         raise ValueError(
             f"bootstrap_value must have shape {rewards.shape[1:]}, got {jnp.shape(bootstrap_value)}"
         )
-    dtype = rewards.dtype
+    # concrete rates are checked (a NaN gave NaN advantages, 1.5 and 2.0 numbers without
+    # meaning); traced ones pass
+    for name, rate in (("discount", discount), ("lambda_", lambda_)):
+        check_real(name, rate, "lie in [0, 1]", lambda v: 0.0 <= v <= 1.0)
+    # floating: integer rewards made the scan's carry int32 against float advantages
+    dtype = jnp.result_type(rewards, values)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+    rewards, values = rewards.astype(dtype), jnp.asarray(values, dtype)
     live = 1.0 - jnp.asarray(termination, dtype)
     kept = 1.0 - jnp.asarray(truncation, dtype)
     next_values = jnp.concatenate([values[1:], bootstrap_value[None]], axis=0)

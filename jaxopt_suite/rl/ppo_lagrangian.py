@@ -97,6 +97,7 @@ class PPOLagrangianConfig:
             self,
             integers=("num_envs", "episode_length", "unroll_length", "iterations", "epochs",
                       "minibatches"),
+            widths=("hidden",),
         )  # fmt: skip
         if (self.num_envs * self.unroll_length) % self.minibatches:
             raise ValueError(

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_integer
+from jaxopt_suite._checks import check_integer, check_widths
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy
 from jaxopt_suite.rl.normalization import RunningStats, init_stats, update_stats
@@ -313,6 +313,8 @@ def train_with_checkpoints(
 
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ValueError(f"every must be an integer >= 1, got {every!r}")
+    # 0 kept nothing: a restart retrained from scratch without a word
+    check_integer("max_to_keep", max_to_keep, 1)
     try:  # the compiled chunk is cached by trainer and progress (``_chunk``)
         hash((trainer, progress))
     except TypeError as error:
@@ -388,6 +390,33 @@ def train_with_checkpoints(
     return TrainResult(trainer.params(carry), metrics)
 
 
+def _check_policy_params(env, params: Params, hidden: tuple[int, ...]) -> None:
+    """``params`` must be one run's (not a vmapped run's stacked ones) for ``env``'s
+    observation and a policy of ``hidden`` layers: a ValueError saying which differs."""
+    mean = np.shape(params.obs_stats.mean)
+    if len(mean) != 1:
+        raise ValueError(
+            f"params hold observation statistics of shape {mean}: stacked params of several "
+            "seeds? index one seed (jax.tree.map(lambda a: a[i], params))"
+        )
+    if mean[0] != env.observation_size:
+        raise ValueError(
+            f"params are for observations of size {mean[0]}, env's are "
+            f"{env.observation_size} (built with another env, or max_cost otherwise?)"
+        )
+    policy = GaussianPolicy(env.action_size, hidden)
+    expected = jax.eval_shape(policy.init, jax.random.key(0), jnp.zeros((1, env.observation_size)))
+    same = jax.tree.structure(expected) == jax.tree.structure(params.policy) and all(
+        np.shape(a) == b.shape
+        for a, b in zip(jax.tree.leaves(params.policy), jax.tree.leaves(expected), strict=True)
+    )
+    if not same:
+        raise ValueError(
+            f"params.policy is not a policy of hidden={hidden} for this env: pass the hidden "
+            "widths it was trained with"
+        )
+
+
 def evaluate(
     env,
     params: Params,
@@ -408,6 +437,9 @@ def evaluate(
     # no rollouts would read as no violations
     check_integer("num_envs", num_envs, 1)
     check_integer("episode_length", episode_length, 1)
+    check_env(env)
+    hidden = check_widths("hidden", hidden)
+    _check_policy_params(env, params, hidden)
     train_env = wrap_for_training(env, episode_length=episode_length)
     policy = GaussianPolicy(env.action_size, hidden)
     k_reset, k_roll = jax.random.split(key)

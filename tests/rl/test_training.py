@@ -229,3 +229,25 @@ def test_the_certificate_and_bad_input(env):
     with pytest.raises(ValueError, match="trainer and progress must be hashable"):
         train_with_checkpoints(make_trainer(CONFIG, env), jax.random.key(0), "/tmp/x",
                                every=1, progress=Unhashable())  # fmt: skip
+
+
+def test_evaluation_checks_its_env_and_params_and_settings_their_widths(env, ascpo_run):
+    # each of these crashed inside jax or flax with an error that named nothing of ours
+    one = jax.tree.map(lambda a: a[0], ascpo_run.params)
+    settings = dict(num_envs=2, episode_length=5, cost_limit=LIMIT)
+    with pytest.raises(ValueError, match="must carry a MaxCostWrapper"):
+        evaluate(envs.make("point_goal_hazards", max_cost=False), one, jax.random.key(0),
+                 **settings)  # fmt: skip
+    with pytest.raises(ValueError, match="stacked params of several seeds"):
+        evaluate(env, ascpo_run.params, jax.random.key(0), **settings)
+    with pytest.raises(ValueError, match=r"params.policy is not a policy of hidden=\(8,\)"):
+        evaluate(env, one, jax.random.key(0), hidden=(8,), **settings)
+    for hidden in ((0,), (-3,), (8.5,), "64"):
+        with pytest.raises(ValueError, match="hidden must be a tuple of layer widths"):
+            make_train(dataclasses.replace(CONFIG, hidden=hidden), env)
+        with pytest.raises(ValueError, match="hidden must be a tuple of layer widths"):
+            make_ppo_train(PPOLagrangianConfig(hidden=hidden), env)
+    # max_to_keep=0 kept no checkpoint: a restart trained from scratch without a word
+    with pytest.raises(ValueError, match="max_to_keep must be an integer >= 1, got 0"):
+        train_with_checkpoints(make_trainer(CONFIG, env), jax.random.key(0), "/tmp/x",
+                               every=1, max_to_keep=0)  # fmt: skip

@@ -67,6 +67,22 @@ def test_gae_rejects_mismatched_shapes():
         gae(r, r, jnp.zeros(3), r, r, discount=0.9, lambda_=0.9)
     with pytest.raises(ValueError, match="truncation must have"):
         gae(r, r, jnp.zeros(2), r, jnp.zeros(4), discount=0.9, lambda_=0.9)
+    # a NaN discount gave NaN advantages, 1.5 and 2.0 numbers without meaning
+    for discount, lambda_, name in ((float("nan"), 0.9, "discount"), (1.5, 0.9, "discount"),
+                                    (0.9, 2.0, "lambda_")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"{name} must lie in \\[0, 1\\]"):
+            gae(r, r, jnp.zeros(2), r, r, discount=discount, lambda_=lambda_)
+
+
+def test_gae_of_integer_rewards_is_the_float_one():
+    # integer rewards made the scan's carry int32 against float32 advantages
+    ints = jnp.array([1, 2, 3])
+    zeros = jnp.zeros(3)
+    got = gae(ints, zeros, jnp.zeros(()), zeros, zeros, discount=0.5, lambda_=1.0)
+    want = gae(ints.astype(jnp.float32), zeros, jnp.zeros(()), zeros, zeros, discount=0.5,
+               lambda_=1.0)  # fmt: skip
+    np.testing.assert_allclose(got[0], want[0])
+    np.testing.assert_allclose(got[0], [2.75, 3.5, 3.0])
 
 
 def test_conjugate_gradient_matches_a_direct_solve(key):
