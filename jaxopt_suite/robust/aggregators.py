@@ -200,6 +200,10 @@ def geometric_median(updates: Any, iterations: int = 100, eps: float = 1e-8) -> 
     """Weiszfeld's iteration from the coordinate median, ``iterations`` steps."""
     iterations = _check_geometric_median(iterations, eps)
     M, unravel = stack(updates)
+    dtype = M.dtype
+    # float16 / bfloat16 iterate in float32: eps = 1e-8 rounds to 0 in float16 (a weight of
+    # 1/0 at a row the median sits on gave NaN) and squared norms overflow past 65504
+    M = M.astype(jnp.promote_types(dtype, jnp.float32))
 
     finite = jnp.all(jnp.isfinite(M), axis=1)
     M_finite = jnp.where(finite[:, None], M, 0.0)
@@ -210,7 +214,7 @@ def geometric_median(updates: Any, iterations: int = 100, eps: float = 1e-8) -> 
         return weight @ M_finite / jnp.sum(weight), None
 
     z, _ = jax.lax.scan(step, jnp.nanmedian(M, axis=0), None, length=iterations)
-    return unravel(z)
+    return unravel(z.astype(dtype))
 
 
 def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterations: int = 1):

@@ -290,7 +290,14 @@ def residual(state: ServerState, d: Directions) -> jax.Array:
 
 def track(state: ServerState, d: Directions, bits: jax.Array, beta: jax.Array) -> ServerState:
     """The fast step on arrival of ``bits`` for directions ``d``: ``y += beta sum_k s_k u_k``."""
-    return _fast_step(state, lift(bits.astype(jnp.float32), d), beta)
+    return _fast_step(state, lift(_signs(bits), d), beta)
+
+
+def _signs(bits: jax.Array) -> jax.Array:
+    """A message's entries as signs in float32: a message carries one bit per direction, so
+    whatever else arrives counts by its sign (a value of 1e6 moved ``y`` 1e6 times as far as
+    the ``beta sqrt(K)`` a message may, and outweighed honest ones in the screen)."""
+    return jnp.sign(bits.astype(jnp.float32))
 
 
 def _fast_step(state: ServerState, lifted: jax.Array, beta) -> ServerState:
@@ -311,7 +318,7 @@ def screened_track(
     with a pull, stood out from ``n - 1`` empty records and was shut out, and every later
     refresh saw one worker a message ahead of the others."""
     screen = state.screen
-    lifted = lift(bits.astype(jnp.float32), d)
+    lifted = lift(_signs(bits), d)
     screen = screen._replace(
         pulls=screen.pulls.at[worker].add(lifted), counts=screen.counts.at[worker].add(1.0)
     )

@@ -30,7 +30,8 @@ out over them, one block of workers per device.
 
 Byzantine workers compute their honest message first (on flipped labels for
 ``label_flip``), then the attack of :mod:`.attacks` replaces it, with ``honest_samples``
-honest gradients at the same parameters for the omniscient attacks; on FAR-SIGN a crafted
+honest gradients at the same parameters for the omniscient attacks (:func:`run_async`;
+in :func:`run_sync` they see every honest gradient of the round); on FAR-SIGN a crafted
 vector ``a`` becomes the bits ``sign(<a, u_k> - r_k)``, and the direction-aware attack
 sends the negation of the honest mean's bits.
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -94,11 +96,14 @@ class Cluster:
             raise ValueError("stragglers are honest workers: num_byzantine + stragglers > n")
         if self.delay not in DELAYS:
             raise ValueError(f"delay must be one of {DELAYS}, got {self.delay!r}")
+        # finite: an infinite time made every clock inf and argmin chose worker 0 every time
         for name in ("mean_compute", "straggler_factor", "lognormal_sigma"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not float(self.seconds_per_bit) >= 0:
-            raise ValueError(f"seconds_per_bit must be >= 0, got {self.seconds_per_bit!r}")
+            if not 0 < float(getattr(self, name)) < math.inf:
+                raise ValueError(f"{name} must be finite and > 0, got {getattr(self, name)!r}")
+        if not 0 <= float(self.seconds_per_bit) < math.inf:
+            raise ValueError(
+                f"seconds_per_bit must be finite and >= 0, got {self.seconds_per_bit!r}"
+            )
         return self
 
     def mean_times(self) -> np.ndarray:
@@ -511,7 +516,8 @@ def _run_async_jit(
                         worker=i, screen=screen,
                     )  # fmt: skip
                 else:
-                    flat = flat - lrs[e] * messages[j]
+                    # in the parameters' dtype: float32 rates must not promote bf16 ones
+                    flat = flat - (lrs[e] * messages[j]).astype(flat.dtype)
                 # the worker starts its next message on the current parameters
                 snapshot = snapshot.at[i].set(flat)
                 residual = residual.at[i].set(assign(server, n + e))
@@ -654,7 +660,7 @@ def _run_sync_jit(
                 update = aggregate(G, center)
             else:
                 update = aggregate(G)
-            flat = flat - lrs[t] * update
+            flat = flat - (lrs[t] * update).astype(flat.dtype)
             draws = jax.vmap(lambda i, k: _compute_time(cluster, means, i, k))(
                 workers, jax.random.split(k_delay, n)
             )

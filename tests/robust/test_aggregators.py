@@ -112,6 +112,17 @@ def test_geometric_median_minimises_the_sum_of_distances(key):
     np.testing.assert_allclose(z, best, atol=1e-3)
 
 
+def test_geometric_median_of_half_precision_updates():
+    # eps = 1e-8 rounded to 0 in float16: the median sat on a row, its weight was 1/0 and the
+    # result NaN; squared norms past 65504 overflowed float16
+    for dtype in (jnp.float16, jnp.bfloat16):
+        out = geometric_median(jnp.array([[1.0], [2.0], [3.0]], dtype))
+        assert out.dtype == dtype
+        np.testing.assert_allclose(np.asarray(out, np.float32), [2.0])
+    big = jnp.array([[300.0, 0.0], [0.0, 300.0], [-300.0, 0.0], [0.0, -300.0]], jnp.float16)
+    assert bool(jnp.all(jnp.isfinite(geometric_median(big).astype(jnp.float32))))
+
+
 def test_centered_clipping_matches_numpy(key):
     U = _updates(key)
     M = _flat(U).astype(np.float64)

@@ -356,3 +356,13 @@ def test_a_numeric_beta_must_be_finite_and_positive(key, beta):
         fs.scale_by_far_sign(key, 4, beta=beta)
     fs.scale_by_far_sign(key, 4, beta=lambda t: 0.01 / (1.0 + t))  # schedules are not checked
     fs.scale_by_far_sign(key, 4, beta=jnp.float32(0.01))
+
+
+def test_a_message_counts_by_its_signs():
+    # a message of 1e6 values moved the tracker 1e6 times as far as a message of bits may
+    params = jnp.zeros(16)
+    d = fs.directions(jax.random.key(0), 0, 16, 4)
+    _, huge = fs.server_step(params, fs.server_init(params), d, jnp.full(4, 1e6), 0.0, 0.1)
+    _, ones = fs.server_step(params, fs.server_init(params), d, jnp.ones(4), 0.0, 0.1)
+    np.testing.assert_array_equal(huge.tracker, ones.tracker)
+    assert float(jnp.linalg.norm(huge.tracker)) <= 0.1 * 2.0 + 1e-6  # beta sqrt(K)

@@ -583,3 +583,26 @@ def test_async_messages_are_sharded_over_virtual_devices():
         """
     )
     assert _last_number_on_four_virtual_devices(script) < 0.2
+
+
+def test_low_precision_parameters_and_infinite_timings(key):
+    # float32 step sizes promoted bf16 parameters and the scan's carry changed its dtype
+    data, _ = _regression(4, m=32)
+
+    def loss(params, batch):
+        xb, yb = batch
+        return 0.5 * jnp.mean((xb @ params["w"].astype(jnp.float32) - yb) ** 2)
+
+    params = {"w": jnp.zeros(DIM, jnp.bfloat16)}
+    cluster = Cluster(num_workers=4, stragglers=0)
+    sync = run_sync(loss, params, data, cluster, aggregator="mean", rounds=4, record_every=4,
+                    key=key)  # fmt: skip
+    sgd = run_async(loss, params, data, cluster, protocol="sgd", events=8, record_every=4,
+                    key=key)  # fmt: skip
+    for trace in (sync, sgd):
+        assert trace.params.dtype == jnp.bfloat16
+        assert bool(jnp.all(jnp.isfinite(trace.params.astype(jnp.float32))))
+    # an infinite time made every clock inf and worker 0 send every message
+    for field in ("mean_compute", "straggler_factor", "lognormal_sigma", "seconds_per_bit"):
+        with pytest.raises(ValueError, match=f"{field} must be finite"):
+            Cluster(num_workers=4, **{field: float("inf")}).checked()
