@@ -57,6 +57,18 @@ def check_real(name: str, value: Any, expected: str, ok: Callable[[float], bool]
         raise ValueError(f"{name} must {expected}, got {value!r}")
 
 
+def check_scalar(name: str, value: Any, expected: str, ok: Callable[[float], bool]) -> None:
+    """:func:`check_real` for one number: a concrete hyper-parameter must be a scalar (an
+    array would set one value per entry of whatever it meets) that passes ``ok``; a traced
+    one (a schedule, a ``vmap``-ed setting) passes unchecked."""
+    if isinstance(value, jax.core.Tracer):
+        return
+    shape = np.shape(value) if hasattr(value, "shape") or isinstance(value, list | tuple) else ()
+    if shape != ():
+        raise ValueError(f"{name} must be a scalar, got shape {shape}")
+    check_real(name, value, expected, ok)
+
+
 def check_finite_nonnegative(name: str, value: Any) -> None:
     """:func:`check_real` for a finite number (or array of them) >= 0."""
     check_real(name, value, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from jax.experimental import io_callback
 
-from jaxopt_suite._checks import check_finite_positive, check_key, check_real
+from jaxopt_suite._checks import check_finite_positive, check_key, check_real, check_scalar
 from jaxopt_suite.bilevel import subspace
 from jaxopt_suite.bilevel.problem import (
     BilevelProblem,
@@ -132,9 +132,7 @@ def _check_scalar(name: str, value: Any, expected: str, ok: Callable[[float], bo
     names ``name`` (a string or an array reached the step and failed there)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real | np.ndarray | jax.Array):
         raise TypeError(f"{name} must be a number, got {value!r}")
-    if np.ndim(value) != 0:
-        raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
-    check_real(name, value, expected, ok)
+    check_scalar(name, value, expected, ok)
 
 
 def _finite_positive(v: float) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_key, check_real
+from jaxopt_suite._checks import check_key, check_scalar
 
 ValueFn = Callable[[Any], jax.Array]
 
@@ -47,18 +47,6 @@ def check_int(name: str, value: Any, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
-
-
-def check_scalar(name: str, value: Any, expected: str, ok: Callable[[float], bool]) -> None:
-    """:func:`jaxopt_suite._checks.check_real` for one number: a concrete hyper-parameter
-    must be a scalar (an array would set one value per entry of whatever it meets) that
-    passes ``ok``; traced values (schedules) pass through."""
-    if isinstance(value, jax.core.Tracer):
-        return
-    shape = np.shape(value) if hasattr(value, "shape") or isinstance(value, list | tuple) else ()
-    if shape != ():
-        raise ValueError(f"{name} must be a scalar, got shape {shape}")
-    check_real(name, value, expected, ok)
 
 
 def check_positive(name: str, value: Any) -> None:
