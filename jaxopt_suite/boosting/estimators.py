@@ -38,7 +38,13 @@ except ImportError as error:  # pragma: no cover - exercised only without scikit
 
 from jaxopt_suite._checks import check_real
 from jaxopt_suite.boosting.binning import apply_bins
-from jaxopt_suite.boosting.fit import BoostingConfig, FitStatus, fit_boosting, predict_raw
+from jaxopt_suite.boosting.fit import (
+    BoostingConfig,
+    FitStatus,
+    eval_pair,
+    fit_boosting,
+    predict_raw,
+)
 from jaxopt_suite.boosting.losses import get_loss
 from jaxopt_suite.boosting.trees import tree_predict
 
@@ -223,9 +229,7 @@ class AICNBoostingClassifier(ClassifierMixin, _Boosting):
             raise ValueError(f"y has only {K} class; a classifier needs at least 2")
         config = self._config("logistic" if K == 2 else "softmax", None if K == 2 else K)
         if eval_set is not None:
-            if not isinstance(eval_set, tuple | list) or len(eval_set) != 2:
-                raise ValueError(f"eval_set must be a pair (X, y), got {type(eval_set).__name__}")
-            X_val, y_val = eval_set
+            X_val, y_val = eval_pair(eval_set)
             unknown = ~np.isin(np.asarray(y_val), self.classes_)
             if np.any(unknown):
                 raise ValueError(f"eval_set has labels not in y: {np.asarray(y_val)[unknown][:3]}")

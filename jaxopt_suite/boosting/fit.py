@@ -126,6 +126,13 @@ class BoostingConfig:
         return {k: jnp.asarray(float(getattr(self, k)), jnp.float32) for k in names}
 
 
+def eval_pair(eval_set) -> tuple:
+    """``eval_set`` as ``(X, y)``; a ValueError unless it is a pair (it failed on an index)."""
+    if not isinstance(eval_set, tuple | list) or len(eval_set) != 2:
+        raise ValueError(f"eval_set must be a pair (X, y), got {type(eval_set).__name__}")
+    return tuple(eval_set)
+
+
 def _float32(X: np.ndarray, name: str) -> jax.Array:
     """``X`` in float32, the coordinate learner's precision; a ValueError naming the first
     column whose finite values overflow it (they became inf and the fit NaN)."""
@@ -326,11 +333,10 @@ def fit_boosting(
     if eval_set is None:
         eval_X, eval_y = X[:0], y[:0]
     else:
-        if not isinstance(eval_set, tuple | list) or len(eval_set) != 2:
-            raise ValueError(f"eval_set must be a pair (X, y), got {type(eval_set).__name__}")
-        eval_X = check_features(eval_set[0], "eval_set X")
+        eval_X, eval_y = eval_pair(eval_set)
+        eval_X = check_features(eval_X, "eval_set X")
         try:
-            eval_y = loss.check(eval_set[1])
+            eval_y = loss.check(eval_y)
         except ValueError as err:  # the loss's message names y: these are eval_set's
             raise ValueError(f"eval_set y: {err}") from None
         if eval_X.shape[1] != X.shape[1] or eval_X.shape[0] != eval_y.shape[0]:

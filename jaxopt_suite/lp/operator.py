@@ -28,6 +28,13 @@ import scipy.sparse as sp
 from jax import custom_batching
 
 
+def check_rows(x: jax.Array, columns: int | None) -> None:
+    """A ValueError unless ``x`` has as many rows as the matrix has ``columns`` (``None``:
+    not recorded, unchecked): a stored matrix's product would clamp or overrun the index."""
+    if columns is not None and x.shape[0] != columns:
+        raise ValueError(f"x has {x.shape[0]} rows but the matrix has {columns} columns")
+
+
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["cols", "vals", "segment"],
@@ -75,8 +82,7 @@ class EllMatrix:
 
     def matvec(self, x: jax.Array) -> jax.Array:
         """``A x`` for ``x`` of shape ``(n,)`` or ``(n, B)``."""
-        if self.columns is not None and x.shape[0] != self.columns:  # x[cols] would clamp
-            raise ValueError(f"x has {x.shape[0]} rows but the matrix has {self.columns} columns")
+        check_rows(x, self.columns)  # x[cols] would clamp
         if self.cols.shape[0] == 0 or x.shape[0] == 0:  # an empty matrix: nothing to gather
             return jnp.zeros((self.rows, *x.shape[1:]), jnp.result_type(self.vals, x))
         gathered = x[self.cols]  # (r, k) or (r, k, B)

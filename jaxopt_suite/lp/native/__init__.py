@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import scipy.sparse as sp
 
 from jaxopt_suite import _native
-from jaxopt_suite.lp.operator import SharedOperator
+from jaxopt_suite.lp.operator import SharedOperator, check_rows
 
 SOURCE = Path(__file__).with_name("csr_spmm.cc")
 TARGET = "jaxopt_suite_csr_panel"
@@ -89,10 +89,7 @@ def csr_panel(matrix: CsrMatrix, x: jax.Array) -> jax.Array:
         raise ValueError(f"x must have shape (n,) or (n, B), got {x.shape}")
     if x.dtype != matrix.data.dtype:
         raise ValueError(f"x has dtype {x.dtype} but the matrix holds {matrix.data.dtype}")
-    if matrix.columns is not None and x.shape[0] != matrix.columns:  # the kernel would read
-        raise ValueError(  # past the end of a short x
-            f"x has {x.shape[0]} rows but the matrix has {matrix.columns} columns"
-        )
+    check_rows(x, matrix.columns)  # the kernel would read past the end of a short x
     out = jax.ShapeDtypeStruct((matrix.rows, *x.shape[1:]), x.dtype)
     call = jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")
     return call(matrix.indptr, matrix.indices, matrix.data, x)
