@@ -376,6 +376,23 @@ def _pdhg(data: _Data, x, y, omega):
     return x_new, y_new
 
 
+def _pdhg_error(data: _Data, dx, dy, omega):
+    """``eta``-scaled norm of ``(dx, dy)`` in the metric in which :func:`_pdhg` is firmly
+    nonexpansive: ``omega |dx|^2 + |dy|^2 / omega + 2 eta dy.(A dx)``. (The step is
+    Chambolle-Pock's with operator ``-A``, whose metric ``|dx|^2/tau + |dy|^2/sigma -
+    2 dy.(K dx)`` has this plus sign.) The restart test compares fixed-point errors in it."""
+    value = omega * _dot(dx, dx) + _dot(dy, dy) / omega + 2.0 * data.eta * _dot(dy, data.A @ dx)
+    return jnp.sqrt(jnp.maximum(value, 0.0))
+
+
+def _safe_norm(v):
+    """l2 norm over axis 0 (as :func:`_norm`) that neither overflows nor underflows in
+    float32: finite bounds up to 1e20 square past float32's range."""
+    top = jnp.max(jnp.abs(v), axis=0, keepdims=v.ndim > 1, initial=0.0)
+    unit = jnp.where(top > 0.0, top, 1.0)
+    return unit * _norm(v / unit)
+
+
 def _kkt(data: _Data, x_s, y_s):
     """Relative primal / dual residuals and gap of the unscaled point (l2, as cuPDLPx)."""
     x, y = x_s * data.x_unscale, y_s * data.y_unscale
@@ -385,15 +402,14 @@ def _kkt(data: _Data, x_s, y_s):
     lc, uc = data.row_lower_raw, data.row_upper_raw
     lv, uv = data.var_lower_raw, data.var_upper_raw
     primal_violation = ax - jnp.clip(ax, lc, uc)
-    b_norm = jnp.sqrt(
-        _dot(_finite_part(lc), _finite_part(lc)) + _dot(_finite_part(uc), _finite_part(uc))
-    )
-    primal = _norm(primal_violation) / (1.0 + b_norm)
+    # the bounds' norm counts an equality row's right-hand side once (as cuPDLPx)
+    b = jnp.concatenate([jnp.where(lc != uc, _finite_part(lc), 0.0), _finite_part(uc)])
+    primal = _safe_norm(primal_violation) / (1.0 + _safe_norm(b))
     # lambda may be positive only at a finite lower bound, negative only at a finite upper.
     dual_violation = jnp.where(jnp.isfinite(lv), 0.0, jnp.maximum(lam, 0.0)) + jnp.where(
         jnp.isfinite(uv), 0.0, jnp.minimum(lam, 0.0)
     )
-    dual = _norm(dual_violation) / (1.0 + _norm(data.c_raw))
+    dual = _safe_norm(dual_violation) / (1.0 + _safe_norm(data.c_raw))
     primal_obj = _dot(data.c_raw, x)
     lam_ok = lam - dual_violation
     dual_obj = _total(
@@ -538,10 +554,6 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadlin
     dtype = data.c.dtype
     tol, infeasibility_tol, max_iterations = limits
 
-    def weighted_error(dx, dy, omega):
-        value = omega * _dot(dx, dx) + _dot(dy, dy) / omega - 2.0 * data.eta * _dot(dy, data.A @ dx)
-        return jnp.sqrt(jnp.maximum(value, 0.0))
-
     def halpern(k, carry):
         x, y, x0_, y0_, omega, inner = carry
         xt, yt = _pdhg(data, x, y, omega)
@@ -558,7 +570,7 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadlin
         iterations = s.iterations + freq
         inner_count = s.inner + freq
         xt, yt = _pdhg(data, x, y, s.omega)
-        error = weighted_error(x - xt, y - yt, s.omega)
+        error = _pdhg_error(data, x - xt, y - yt, s.omega)
         primal, dual, gap = _kkt(data, xt, yt)
         optimal = (primal <= tol) & (dual <= tol) & (gap <= tol)
         p_inf, d_inf = _certificates(data, xt - s.x_anchor, yt - s.y_anchor, infeasibility_tol)

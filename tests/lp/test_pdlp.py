@@ -1,6 +1,7 @@
 """solve_lp against HiGHS (scipy's linprog), statuses, warm starts and the safe bound."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from jaxopt_suite.lp import LP, instances
+from jaxopt_suite.lp import LP, instances, pdlp
 from jaxopt_suite.lp.pdlp import LPOptions, Status, dual_bound, solve_lp, solve_lp_batch
 
 
@@ -282,8 +283,6 @@ def test_time_limit_stops_the_solve():
 def test_a_new_time_limit_does_not_compile_the_solve_again():
     # The loop reads the limit through its deadline argument: a branch-and-bound passes its
     # time left, a new number at every call, and each one compiled anew.
-    from jaxopt_suite.lp import pdlp
-
     lp = _feasible_lp(6, m=12, n=16)
     solve_lp(lp, LPOptions(time_limit=100.0))
     compiled = pdlp._solve_jit._cache_size()
@@ -412,8 +411,6 @@ def test_continuous_batching_refills_a_finished_slot():
 
 
 def test_preconditioning_is_computed_once_per_matrix():
-    from jaxopt_suite.lp import pdlp
-
     pdlp.clear_caches()
     first = instances.random_sparse(30, 40, 0.1, seed=21)
     upper = first.var_upper.copy()
@@ -480,3 +477,41 @@ def test_bounds_beyond_1e20_are_read_as_infinite():
     np.testing.assert_array_equal(lp.var_upper, [1e200])  # the LP itself is left as given
     batch = solve_lp_batch(lp, np.zeros((2, 1)), np.array([[1e30], [0.5]]))
     np.testing.assert_allclose(batch.objective, [-1.0, -0.5], rtol=1e-4)
+
+
+def test_pdhg_step_is_firmly_nonexpansive_in_the_restart_metric():
+    # The restart test measures fixed-point errors in pdlp._pdhg_error; that metric had the
+    # cross term's sign of Chambolle-Pock's K = A, while the step works with K = -A, and
+    # this inequality failed for 167 of these 200 pairs.
+    with jax.enable_x64(True):
+        data, _ = pdlp._prepare(instances.random_sparse(20, 30, 0.2), LPOptions(matrix="dense"))
+        rng = np.random.default_rng(0)
+        failures = 0
+        for _ in range(200):
+            omega = rng.uniform(0.2, 5.0)
+            x1, x2 = rng.normal(size=(2, 30)) * rng.uniform(0.1, 10.0)
+            y1, y2 = rng.normal(size=(2, 20)) * rng.uniform(0.1, 10.0)
+            tx1, ty1 = pdlp._pdhg(data, x1, y1, omega)
+            tx2, ty2 = pdlp._pdhg(data, x2, y2, omega)
+            step = pdlp._pdhg_error(data, tx1 - tx2, ty1 - ty2, omega) ** 2
+            rest = (
+                pdlp._pdhg_error(data, (x1 - tx1) - (x2 - tx2), (y1 - ty1) - (y2 - ty2), omega) ** 2
+            )
+            whole = pdlp._pdhg_error(data, x1 - x2, y1 - y2, omega) ** 2
+            failures += int(step + rest > whole * (1 + 1e-9) + 1e-12)
+        assert failures == 0
+
+
+def test_kkt_counts_an_equality_rows_bound_once_and_does_not_overflow():
+    inf = np.inf
+    # x1 + x2 = 3 at x = 0: violation 3 against 1 + |b| = 4 (it counted b twice: 0.572)
+    lp = LP([1.0, 1.0], [[1.0, 1.0]], [3.0], [3.0], [0.0, 0.0], [inf, inf])
+    data, _ = pdlp._prepare(lp, LPOptions(matrix="dense"))
+    primal, dual, gap = pdlp._kkt(data, jnp.zeros(2), jnp.zeros(1))
+    assert float(primal) == pytest.approx(0.75, rel=1e-6)
+    # float32 squares of bounds near 1e19 overflowed the norms (the residual was inf / inf)
+    lp = LP([1.0, 1.0], [[1.0, 0.0]] * 4 + [[1.0, 1.0]], [1e19] * 5, [inf] * 5, [0, 0], [inf] * 2)
+    data, _ = pdlp._prepare(lp, LPOptions(matrix="dense"))
+    primal, dual, gap = pdlp._kkt(data, jnp.zeros(2), jnp.zeros(5))
+    assert data.c.dtype == jnp.float32
+    assert float(primal) == pytest.approx(np.sqrt(5) * 1e19 / (1 + np.sqrt(5) * 1e19), rel=1e-5)
