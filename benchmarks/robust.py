@@ -80,7 +80,7 @@ from jax.flatten_util import ravel_pytree
 from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target
 from jaxopt_suite import datasets
 from jaxopt_suite.robust import far_sign as fs
-from jaxopt_suite.robust.simulator import Cluster, run_async, run_sync
+from jaxopt_suite.robust.simulator import MESSAGE_ID_BITS, Cluster, run_async, run_sync
 
 WORKERS = 20
 HIDDEN = 16
@@ -224,8 +224,9 @@ class _Runner:
         tail = checkpoints[checkpoints.shape[0] // 2 :]
         return float(self._accuracy(jnp.mean(tail, axis=0, keepdims=True))[0])
 
-    def _run(self, simulate, fraction, attack, seed=1, **kwargs) -> tuple[object, dict]:
-        """One timed simulation on the shared data and model, and its row."""
+    def _run(self, simulate, fraction, attack, seed=1, pick=None, **kwargs) -> tuple[object, dict]:
+        """One timed simulation on the shared data and model, and its row; ``pick(trace)``
+        (optional) gives the indices of the checkpoints the row reports."""
         start = time.perf_counter()
         trace = simulate(
             self.loss,
@@ -239,6 +240,13 @@ class _Runner:
         )
         jax.block_until_ready(trace.params)
         seconds = time.perf_counter() - start
+        if pick is not None:
+            index = jnp.asarray(pick(trace))
+            trace = trace._replace(
+                params=trace.params[index],
+                checkpoint_time=trace.checkpoint_time[index],
+                checkpoint_step=trace.checkpoint_step[index],
+            )
         accuracy = np.asarray(self._accuracy(trace.params), np.float64)
         return trace, {
             "accuracy": accuracy.tolist(),
@@ -272,8 +280,10 @@ class _Runner:
             worker_momentum=momentum,
             screen=cfg["screen"] if screened else None,
         )
-        row["bits_per_direction"] = trace.bits_per_message / cfg["num_directions"]
-        row["bits_per_upload"] += 32  # the message id that names the directions
+        # the upload as charged: K sign bits and the id that names the directions
+        row["bits_per_direction"] = (trace.bits_per_message - MESSAGE_ID_BITS) / cfg[
+            "num_directions"
+        ]
         return row
 
     def async_sgd(self, fraction, attack, rate, seed=1, momentum=0.0) -> dict:
@@ -293,26 +303,35 @@ class _Runner:
         self, aggregator, fraction, attack, rate, rounds, until=None, seed=1, momentum=0.0
     ) -> dict:
         record = max(1, rounds // CHECKPOINTS)
+        pick, within = None, None
+        if until is not None:
+            # every round recorded, so the row ends at the last round within the time budget
+            # (a checkpoint every `record` rounds ended it up to `record` rounds early);
+            # reported: every `record`-th round up to it, and it
+            def pick(trace):
+                nonlocal within
+                times = np.asarray(trace.checkpoint_time, np.float64)
+                within = int(np.searchsorted(times, until, side="right"))
+                regular = np.arange(record - 1, within - 1, record)
+                return np.append(regular, within - 1) if within else np.arange(1)
+
         trace, row = self._run(
             run_sync,
             fraction,
             attack,
             seed,
+            pick,
             aggregator=aggregator,
             rounds=record * math.ceil(rounds / record),
-            record_every=record,
+            record_every=record if until is None else 1,
             learning_rate=rate,
             worker_momentum=momentum,
             **AGGREGATORS[aggregator],
         )
-        if until is not None:  # the last checkpoint within the time budget
-            times = np.asarray(row["time"])
-            last = int(np.searchsorted(times, until, side="right")) - 1
-            row["final_accuracy"] = row["accuracy"][last] if last >= 0 else 0.1
-            row["tail_accuracy"] = (
-                self.tail_accuracy(trace.params[: last + 1]) if last >= 0 else 0.1
-            )
-            row["rounds_within_budget"] = row["updates"][last] if last >= 0 else 0
+        if until is not None:
+            if not within:  # not one round within the budget: the untrained model's 10%
+                row.update(final_accuracy=0.1, tail_accuracy=0.1)
+            row["rounds_within_budget"] = within
         return row
 
     def mean_round_time(self, fraction) -> float:
@@ -570,7 +589,7 @@ def _alie_geometry(runner, rate, samples: int = GEOMETRY_SAMPLES) -> dict:
     trace, _ = runner._run(
         run_async, 0.0, "none", 1, protocol="far_sign", events=runner.events,
         record_every=runner.events, num_directions=FAR_SIGN["num_directions"],
-        alpha=alpha, beta=beta,
+        alpha=alpha, beta=beta, screen=FAR_SIGN["screen"],
     )  # fmt: skip
     flat = trace.params[-1]
     _, unravel = ravel_pytree(runner.params)

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import robust
+from jaxopt_suite.robust.simulator import Trace
 
 
 def _runner():
@@ -25,3 +26,25 @@ def test_mean_tail_uses_every_key_when_repeated():
     assert robust._mean_tail({"tail_accuracy": 0.5}) == 0.5
     row = {"tail_accuracy": 0.5, "tail_accuracy_seeds": [0.5, 0.7, 0.9]}
     np.testing.assert_allclose(robust._mean_tail(row), 0.7)
+
+
+def test_an_equal_time_run_ends_at_the_last_round_within_the_budget(monkeypatch):
+    # the row ended at the last checkpoint (every rounds // 20 rounds) within the budget,
+    # up to that many rounds early: here round 30 of the 31 the budget holds
+    def fake_run_sync(loss, params, shards, cluster, *, rounds, record_every, **kwargs):
+        assert record_every == 1
+        count = jnp.arange(1, rounds + 1, dtype=jnp.float32)
+        return Trace(count, -jnp.ones(rounds), count * 0, count, count[:, None],
+                            count, count.astype(jnp.int32), 32)  # fmt: skip
+
+    monkeypatch.setattr(robust, "run_sync", fake_run_sync)
+    runner = _runner()
+    runner.loss = runner.params = runner.shards = None
+    runner.cluster = lambda fraction: None
+    runner.tail_accuracy = lambda checkpoints: float(checkpoints[-1, 0])
+    row = runner.sync("mean", 0.0, "none", 0.1, rounds=60, until=31.5)
+    assert row["rounds_within_budget"] == 31
+    assert row["final_accuracy"] == 31.0
+    assert row["updates"] == [*range(3, 31, 3), 31]
+    assert row["time"][-1] == 31.0
+    assert runner.sync("mean", 0.0, "none", 0.1, rounds=60, until=0.5)["final_accuracy"] == 0.1

@@ -154,7 +154,9 @@ def _pairwise_squared_distances(M: jax.Array) -> jax.Array:
 
 def _krum_scores(M: jax.Array, f: int) -> jax.Array:
     n = M.shape[0]
-    distance = _pairwise_squared_distances(M)
+    # float16 / bfloat16 in float32: squared distances overflow float16 past 65504, and
+    # every score inf left top_k to pick row 0
+    distance = _pairwise_squared_distances(M.astype(jnp.promote_types(M.dtype, jnp.float32)))
     distance = jnp.where(jnp.eye(n, dtype=bool), jnp.inf, distance)  # not its own neighbour
     nearest = jnp.sort(distance, axis=1)[:, : n - f - 2]
     return jnp.sum(nearest, axis=1)
@@ -233,7 +235,12 @@ def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterat
                 f"{jax.tree.map(jnp.shape, center)} for updates of "
                 f"{jax.tree.map(lambda u: jnp.shape(u)[1:], updates)}"
             )
+    dtype = M.dtype
+    # float16 / bfloat16 step in float32: a norm past 256 squares past float16's range, and
+    # tau / inf gave a far row no weight instead of clipping it to tau
+    M = M.astype(jnp.promote_types(dtype, jnp.float32))
     v = jnp.zeros(M.shape[1], M.dtype) if center is None else ravel_pytree(center)[0]
+    v = v.astype(M.dtype)
 
     finite = jnp.all(jnp.isfinite(M), axis=1, keepdims=True)
 
@@ -244,7 +251,7 @@ def centered_clipping(updates: Any, center: Any = None, tau: float = 1.0, iterat
         return v + jnp.mean(diff * scale, axis=0), None
 
     v, _ = jax.lax.scan(step, v, None, length=iterations)
-    return unravel(v)
+    return unravel(v.astype(dtype))
 
 
 def sign_majority(updates: Any) -> Any:

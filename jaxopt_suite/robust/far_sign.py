@@ -191,6 +191,10 @@ def worker_bits_zo(
     (2 delta) - r_k)``, ``2K`` evaluations of ``value_fn`` (the central differences of
     :mod:`jaxopt_suite.zeroth_order`)."""
     check_smoothing(smoothing)
+    # the step as a float32 array (as run_async passes it): a Python float kept
+    # x + delta u in a bfloat16 parameter's dtype, where a step of delta / sqrt(P) rounds
+    # away and every difference was 0
+    smoothing = jnp.asarray(smoothing, jnp.float32)
     flat, unravel = flat_view(params)
     basis = jax.vmap(lambda row: direction(d, row, flat.shape[0]))(d.rows)  # (K, D)
     differences, _ = directional_differences(

@@ -12,7 +12,8 @@ the next event is the worker whose message finishes first; the server applies th
 (computed on the parameters the worker started from: staleness = server updates since
 then), and the worker starts its next message on the current parameters. Two protocols:
 ``far_sign`` (one-bit residual signs, :mod:`.far_sign`; the directions and residuals are
-fixed when a worker starts) and ``sgd`` (asynchronous SGD: full gradients, ``32 D`` bits).
+fixed when a worker starts; ``K`` bits and a 32-bit message id an upload) and ``sgd``
+(asynchronous SGD: full gradients, ``32 D`` bits).
 The arrival order does not depend on the parameters, so the loop first draws the schedule,
 then runs it in waves: events ``a .. a + m - 1`` whose workers all started at or before
 update ``a`` have their snapshots ready at ``a``, so up to ``parallel_events`` of them
@@ -124,11 +125,16 @@ def _compute_time(cluster: Cluster, means: jax.Array, worker, key) -> jax.Array:
     return mean * jnp.exp(s * jax.random.normal(key) - 0.5 * s * s)
 
 
+# the bits of a FAR-SIGN message's id (its directions are regenerated from it)
+MESSAGE_ID_BITS = 32
+
+
 class Trace(NamedTuple):
     """Per event (async) or per round (sync): the simulated clock after it, the worker
     (-1 for a round), its staleness, and the compute time drawn; ``params``: the flat
     parameters after every ``record_every``-th event, ``(checkpoints, D)``, with their
-    clock and event count in ``checkpoint_time`` and ``checkpoint_step``."""
+    clock and event count in ``checkpoint_time`` and ``checkpoint_step``;
+    ``bits_per_message``: what one upload is charged (``seconds_per_bit`` each)."""
 
     time: jax.Array
     worker: jax.Array
@@ -226,7 +232,9 @@ def run_async(
     K = check_integer("num_directions", num_directions, 1)  # 2.9 was truncated to 2
     if protocol != "sgd" and not 1 <= K <= fs.padded_dim(D):
         raise ValueError(f"num_directions must lie in [1, {fs.padded_dim(D)}], got {K!r}")
-    bits = 32 * D if protocol == "sgd" else K
+    # an upload: D float32 coordinates, or a FAR-SIGN message's K sign bits and the 32-bit
+    # id its directions are regenerated from
+    bits = 32 * D if protocol == "sgd" else K + MESSAGE_ID_BITS
     steps = {
         name: _step_sizes(name, value, events)
         for name, value in (("alpha", alpha), ("beta", beta), ("learning_rate", learning_rate))
@@ -458,7 +466,11 @@ def _run_async_jit(
                 if not attacked:
                     return g, g
                 sent = jax.lax.cond(
-                    byzantine, lambda _: attack.craft(k_attack, g, stats()), lambda _: g, None
+                    byzantine,
+                    # in the gradient's dtype: the gaussian attack draws float32 noise
+                    lambda _: attack.craft(k_attack, g, stats()).astype(g.dtype),
+                    lambda _: g,
+                    None,
                 )
                 return sent, g
             d = dirs(plan.message_id[e])
@@ -595,7 +607,8 @@ def run_sync(
     make_aggregator(aggregator, num_workers=n, num_byzantine=f, **aggregator_options)  # checks
     x, y = _check_data(cluster, *data)
     flat0, _ = ravel_pytree(params)
-    bits = 32 * flat0.shape[0]
+    # a worker's message: float32 coordinates, or one sign bit each for the sign vote
+    bits = (1 if aggregator == "sign_majority" else 32) * flat0.shape[0]
     lrs = _step_sizes("learning_rate", learning_rate, rounds)
     mu = _momentum(worker_momentum)
     options = tuple(sorted(aggregator_options.items()))
@@ -666,7 +679,9 @@ def _run_sync_jit(
             )
             clock = clock + jnp.max(draws) + upload
             record = (clock, jnp.int32(-1), jnp.int32(0), jnp.max(draws))
-            return (flat, update, clock, t + 1, momenta), record
+            # the carried centre in the parameters' dtype (float32 momenta make the update
+            # float32 under bfloat16 parameters)
+            return (flat, update.astype(flat.dtype), clock, t + 1, momenta), record
 
         def chunk(carry, chunk_key):
             carry, records = jax.lax.scan(round_, carry, jax.random.split(chunk_key, record_every))

@@ -123,6 +123,22 @@ def test_geometric_median_of_half_precision_updates():
     assert bool(jnp.all(jnp.isfinite(geometric_median(big).astype(jnp.float32))))
 
 
+def test_krum_and_centered_clipping_of_half_precision_updates():
+    # squared distances past 65504 overflowed float16: every Krum score was inf and top_k
+    # chose row 0 (the outlier here); a norm past 256 made centered clipping's scale
+    # tau / inf = 0, so a far row counted for nothing instead of moving the centre by tau
+    values = 3.0 * np.array([50.0, -0.3, -0.1, 0.0, 0.1, 0.35, 0.8])  # Krum picks row 3
+    rows = values[:, None] * np.ones((7, 40_000))
+    for dtype in (jnp.float16, jnp.bfloat16):
+        out = krum({"w": jnp.asarray(rows, dtype)}, 1)["w"]
+        assert out.dtype == dtype
+        np.testing.assert_allclose(np.asarray(out, np.float32), rows[3], atol=1e-2)
+        far = jnp.full((5, 1), 300.0, dtype)
+        clipped = centered_clipping(far, tau=1.0)
+        assert clipped.dtype == dtype
+        np.testing.assert_allclose(np.asarray(clipped, np.float32), [1.0])
+
+
 def test_centered_clipping_matches_numpy(key):
     U = _updates(key)
     M = _flat(U).astype(np.float64)

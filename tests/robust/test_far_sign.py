@@ -49,6 +49,22 @@ def test_zeroth_order_bits_agree_with_first_order_on_a_quadratic(key):
     assert np.array_equal(first, zeroth)
 
 
+def test_zeroth_order_bits_of_bfloat16_parameters(key):
+    # with a Python float step, x + delta u was rounded to bfloat16, where a step of
+    # delta / sqrt(P) vanishes: every difference was 0 and every bit sign(-r) = +1 here
+    params = -jnp.ones(1024, jnp.bfloat16)
+    d = fs.directions(key, 0, 1024, 8)
+    residual = jnp.zeros(8)
+
+    def value_fn(p):
+        return jnp.sum(p.astype(jnp.float32) ** 2)
+
+    zeroth = fs.worker_bits_zo(value_fn, params, d, residual, 1e-3)
+    first = fs.worker_bits(2.0 * params.astype(jnp.float32), d, residual)
+    assert np.array_equal(zeroth, first)
+    assert len(set(np.asarray(first).tolist())) == 2  # both signs occur
+
+
 def _run_quadratic(key, attack, byzantine_fraction, sigma=0.05, messages=20_000, dim=16):
     """Messages from n = 10 workers, round robin, on f(x) = ||x - x*||^2 / 2 with gradient
     noise N(0, sigma^2 I); the Byzantine ones attack."""

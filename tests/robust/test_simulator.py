@@ -68,7 +68,8 @@ def test_event_order_and_staleness_follow_the_fixed_delays(key, protocol):
         num_directions=4,
     )
     upload = trace.bits_per_message * 1e-3
-    assert trace.bits_per_message == (32 * DIM if protocol == "sgd" else 4)
+    # a FAR-SIGN upload: 4 sign bits and the 32-bit id (the id was not charged)
+    assert trace.bits_per_message == (32 * DIM if protocol == "sgd" else 4 + 32)
     expected = _python_events(list(cluster.mean_times()), upload, 40)
     np.testing.assert_allclose(trace.time, [e[0] for e in expected], rtol=1e-6)
     assert trace.worker.tolist() == [e[1] for e in expected]
@@ -325,6 +326,20 @@ def test_sync_aggregators_learn_and_robust_ones_survive_sign_flips(key, aggregat
             **options,
         )
         assert np.linalg.norm(np.asarray(attacked.params[-1]) - w) < 0.2 * np.linalg.norm(w)
+
+
+@pytest.mark.parametrize("aggregator", ["mean", "sign_majority"])
+def test_sync_rounds_charge_the_message_size(key, aggregator):
+    # a sign vote's message is one bit a coordinate (it was charged 32, as a float's)
+    cluster = Cluster(num_workers=4, delay="fixed", seconds_per_bit=1e-3)
+    data, _ = _regression(4)
+    trace = run_sync(
+        _loss, PARAMS, data, cluster, aggregator=aggregator, rounds=20, record_every=10, key=key
+    )
+    bits = (1 if aggregator == "sign_majority" else 32) * DIM
+    assert trace.bits_per_message == bits
+    round_seconds = max(cluster.mean_times()) + bits * 1e-3
+    np.testing.assert_allclose(trace.time, round_seconds * np.arange(1, 21), rtol=1e-5)
 
 
 def test_bad_input_is_named(key):
@@ -599,7 +614,14 @@ def test_low_precision_parameters_and_infinite_timings(key):
                     key=key)  # fmt: skip
     sgd = run_async(loss, params, data, cluster, protocol="sgd", events=8, record_every=4,
                     key=key)  # fmt: skip
-    for trace in (sync, sgd):
+    # worker momenta (float32) made the carried centre float32, and the gaussian attack's
+    # float32 noise met bfloat16 gradients in lax.cond: both failed to trace
+    momentum = run_sync(loss, params, data, cluster, aggregator="centered_clipping", rounds=4,
+                        record_every=4, key=key, worker_momentum=0.9)  # fmt: skip
+    attacked = run_async(loss, params, data, Cluster(num_workers=4, num_byzantine=1,
+                         stragglers=0), protocol="sgd", attack="gaussian", events=8,
+                         record_every=4, key=key)  # fmt: skip
+    for trace in (sync, sgd, momentum, attacked):
         assert trace.params.dtype == jnp.bfloat16
         assert bool(jnp.all(jnp.isfinite(trace.params.astype(jnp.float32))))
     # an infinite time made every clock inf and worker 0 send every message
