@@ -83,6 +83,10 @@ def test_statuses_on_crafted_lps():
     limited = solve_lp(free, LPOptions(max_iterations=64, eval_every=64))
     assert limited.status == Status.ITERATION_LIMIT and limited.iterations == 64
     assert "max_iterations" in limited.message
+    assert "jax_enable_x64" in limited.message  # float32 can stall: the message says so
+    with jax.enable_x64(True):
+        limited = solve_lp(free, LPOptions(max_iterations=64, eval_every=64))
+    assert limited.status == Status.ITERATION_LIMIT and "float32" not in limited.message
 
 
 def test_warm_start_from_the_solution_stops_at_once():
