@@ -34,8 +34,17 @@ def test_an_equal_time_run_ends_at_the_last_round_within_the_budget(monkeypatch)
     def fake_run_sync(loss, params, shards, cluster, *, rounds, record_every, **kwargs):
         assert record_every == 1
         count = jnp.arange(1, rounds + 1, dtype=jnp.float32)
-        return Trace(count, -jnp.ones(rounds), count * 0, count, count[:, None],
-                            count, count.astype(jnp.int32), 32)  # fmt: skip
+        # clock t after round t; parameters (and so "accuracy") t after round t
+        return Trace(
+            time=count,
+            worker=-jnp.ones(rounds),
+            staleness=count * 0,
+            compute_time=count,
+            params=count[:, None],
+            checkpoint_time=count,
+            checkpoint_step=count.astype(jnp.int32),
+            bits_per_message=32,
+        )
 
     monkeypatch.setattr(robust, "run_sync", fake_run_sync)
     runner = _runner()
