@@ -186,7 +186,7 @@ def _single_loop(
     outer: Any,
     average: float | None,
     aux_radius: float | None,
-    validate: Callable[[Any], None] | None = None,
+    validate: Callable[[Any, Any, Any, jax.Array], None] | None = None,
 ) -> Solver:
     inner_schedule = _schedule("inner_lr", inner_lr)
     aux_schedule = inner_schedule if aux_lr is None else _schedule("aux_lr", aux_lr)
@@ -200,7 +200,7 @@ def _single_loop(
         check_key(key)
         check_problem(problem, x0, y0, key)
         if validate is not None:
-            validate(y0)
+            validate(problem, x0, y0, key)
         # Copies: a step jitted with a donated state must not consume the caller's x0 / y0.
         x0 = jax.tree.map(jnp.array, x0)
         y0 = jax.tree.map(jnp.array, y0)
@@ -410,8 +410,10 @@ def bros(
         raise ValueError(f"rank must be a Python int >= 1, got {rank!r}")
     rank = int(rank)
 
-    def validate(y0):
-        subspace.probe_shapes(y0, rank, exact_small_leaves)
+    def validate(problem, x0, y0, key):
+        ranks = subspace.probe_shapes(y0, rank, exact_small_leaves)
+        if factorized:
+            _check_factorized_losses(problem, x0, y0, key, ranks)
 
     def directions(problem, x, y, v, inner_batch, outer_batch, key, beta, gamma):
         ranks = subspace.probe_shapes(y, rank, exact_small_leaves)
@@ -440,6 +442,50 @@ def bros(
         aux_radius=aux_radius,
         validate=validate,
     )
+
+
+def _check_factorized_losses(problem, x0, y0, key, ranks) -> None:
+    """``factorized=True`` hands both losses :class:`~.subspace.Factorized` leaves. A loss
+    that reads them as plain pytrees (``jax.tree.leaves``, ``ravel_pytree``) sees the
+    factors as extra leaves: it fails, or, worse, computes another function. Both losses
+    are evaluated once at a perturbed ``y0``, factorized and merged, on one drawn batch
+    (a key derived from ``key``; the state's key is not consumed); under a trace only the
+    factorized calls are checked. Eager: about 10 ms an init, plus the first compile of
+    the losses' operations in a process."""
+    k_probe, k_coords, k_batch = jax.random.split(jax.random.fold_in(key, 0x5EED), 3)
+    probes = subspace.sample_probes(k_probe, y0, ranks)
+    zeros = subspace.zero_coords(y0, probes)
+    coords = [
+        jax.random.normal(k, z.shape, z.dtype)
+        for k, z in zip(jax.random.split(k_coords, len(zeros)), zeros, strict=True)
+    ]
+    moves = [(probes, coords)]
+    inner_batch, outer_batch = problem.sample(k_batch)
+    for name, loss, batch in (
+        ("inner_loss", problem.inner_loss, inner_batch),
+        ("outer_loss", problem.outer_loss, outer_batch),
+    ):
+        try:
+            factored = loss(x0, subspace.perturb(y0, moves, True), batch)
+        except Exception as err:  # any failure on the leaves: name the cause and the fix
+            raise TypeError(
+                f"bros(factorized=True) passes subspace.Factorized leaves to {name}, which "
+                f"failed on them ({type(err).__name__}: {err}); apply the weights with "
+                "jaxopt_suite.bilevel.subspace.dense (or subspace.materialize), or use "
+                "factorized=False"
+            ) from err
+        merged = loss(x0, subspace.perturb(y0, moves, False), batch)
+        if isinstance(factored, jax.core.Tracer) or isinstance(merged, jax.core.Tracer):
+            continue
+        a, b = float(factored), float(merged)
+        if not abs(a - b) <= 1e-3 * (1.0 + abs(b)):
+            raise ValueError(
+                f"bros(factorized=True): {name} gives {a:.6g} on subspace.Factorized leaves "
+                f"and {b:.6g} on the same weights merged; it reads the leaves as plain "
+                "pytrees (their factors as extra leaves). Apply the weights with "
+                "jaxopt_suite.bilevel.subspace.dense (or subspace.materialize), or use "
+                "factorized=False"
+            )
 
 
 def bros_directions(

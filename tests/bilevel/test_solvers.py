@@ -1,5 +1,7 @@
 """Every solver on a strongly convex quadratic bilevel problem with a known solution."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -144,3 +146,27 @@ def test_divergence_sets_a_status_and_stops_the_run():
     # Segments after the failure were skipped: the step counter stops advancing.
     assert steps[-1] == steps[-2] < 400
     assert steps[-1] == (failed // 10 + 1) * 10
+
+
+def test_bros_factorized_checks_that_the_losses_take_factorized_leaves():
+    # factorized=True hands the losses Factorized leaves: the quadratic's ravel_pytree saw
+    # their factors as extra entries and failed deep in the first step, and a loss summing
+    # over jax.tree.leaves computed another function without a word
+    q = Quadratic(noise=0.1)
+    key = jax.random.key(0)
+    solver = bilevel.bros(rank=2, inner_lr=0.1, outer=0.1, factorized=True)
+    with pytest.raises(TypeError, match="passes subspace.Factorized leaves to inner_loss"):
+        solver.init(q.problem, q.x0, q.y0, key)
+
+    def leafwise(x, y, batch):
+        return sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(y)) + jnp.sum(batch**2)
+
+    def merged(x, y, batch):
+        return leafwise(x, bilevel.subspace.materialize(y), batch)
+
+    bad = dataclasses.replace(q.problem, inner_loss=leafwise)
+    with pytest.raises(ValueError, match="inner_loss gives .* merged"):
+        solver.init(bad, q.x0, q.y0, key)
+    good = dataclasses.replace(q.problem, inner_loss=merged, outer_loss=merged)
+    state = solver.init(good, q.x0, q.y0, key)
+    assert jnp.array_equal(jax.random.key_data(state.key), jax.random.key_data(key))
