@@ -303,17 +303,15 @@ class _Runner:
         self, aggregator, fraction, attack, rate, rounds, until=None, seed=1, momentum=0.0
     ) -> dict:
         record = max(1, rounds // CHECKPOINTS)
-        pick, within = None, None
+        pick = None
         if until is not None:
             # every round recorded, so the row ends at the last round within the time budget
             # (a checkpoint every `record` rounds ended it up to `record` rounds early);
-            # reported: every `record`-th round up to it, and it
+            # reported: every `record`-th round up to it, and it (round 1 if none is)
             def pick(trace):
-                nonlocal within
                 times = np.asarray(trace.checkpoint_time, np.float64)
-                within = int(np.searchsorted(times, until, side="right"))
-                regular = np.arange(record - 1, within - 1, record)
-                return np.append(regular, within - 1) if within else np.arange(1)
+                last = max(int(np.searchsorted(times, until, side="right")) - 1, 0)
+                return np.append(np.arange(record - 1, last, record), last)
 
         trace, row = self._run(
             run_sync,
@@ -329,6 +327,7 @@ class _Runner:
             **AGGREGATORS[aggregator],
         )
         if until is not None:
+            within = row["updates"][-1] if row["time"][-1] <= until else 0
             if not within:  # not one round within the budget: the untrained model's 10%
                 row.update(final_accuracy=0.1, tail_accuracy=0.1)
             row["rounds_within_budget"] = within

@@ -450,8 +450,8 @@ def _check_factorized_losses(problem, x0, y0, key, ranks) -> None:
     factors as extra leaves: it fails, or, worse, computes another function. Both losses
     are evaluated once at a perturbed ``y0``, factorized and merged, on one drawn batch
     (a key derived from ``key``; the state's key is not consumed); under a trace only the
-    factorized calls are checked. Eager: about 10 ms an init, plus the first compile of
-    the losses' operations in a process."""
+    factorized calls are checked. Eager: two evaluations of each loss per init (and, the
+    first time in a process, the compiles of their operations)."""
     k_probe, k_coords, k_batch = jax.random.split(jax.random.fold_in(key, 0x5EED), 3)
     probes = subspace.sample_probes(k_probe, y0, ranks)
     zeros = subspace.zero_coords(y0, probes)
