@@ -346,7 +346,14 @@ def _prepare_cached(
 def clear_caches() -> None:
     """Drops the cached preconditioning and device data of earlier LPs and matrices (a
     solve of a new matrix then pays for them again)."""
-    caches = (_prepare_cached, _device_copy, _equilibrated, _batched_advance, _solver_view)
+    caches = (
+        _prepare_cached,
+        _device_copy,
+        _equilibrated,
+        _batched_advance,
+        _batched_narrowing,
+        _solver_view,
+    )
     for cached in (*caches, _limits):
         cached.cache_clear()
 
@@ -557,6 +564,24 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadlin
     """Runs ``init`` until it stops, or for at most ``evaluations`` evaluation periods;
     ``deadline`` (:func:`_deadline`, shaped like the status) when ``options.time_limit``
     is set; ``limits`` from :func:`_limits`."""
+    frozen_body = _frozen_body(data, options, deadline, limits)
+    if evaluations is None:
+        return jax.lax.while_loop(lambda s: jnp.any(s.status == _RUNNING), frozen_body, init)
+
+    def limited(carry):
+        state, count = carry
+        return jnp.any(state.status == _RUNNING) & (count < evaluations)
+
+    state, _ = jax.lax.while_loop(
+        limited, lambda c: (frozen_body(c[0]), c[1] + 1), (init, jnp.zeros([], jnp.int32))
+    )
+    return state
+
+
+def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
+    """One evaluation period (``options.eval_every`` PDHG iterations, then the restart,
+    termination and primal-weight updates) as ``state -> state``; in a batch, stopped
+    instances keep their state."""
     freq = int(options.eval_every)
     dtype = data.c.dtype
     tol, infeasibility_tol, max_iterations = limits
@@ -643,17 +668,51 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadlin
         running = s.status == _RUNNING
         return jax.tree.map(lambda a, b: jnp.where(running, a, b), new, s)
 
-    if evaluations is None:
+    return frozen_body
+
+
+# narrowest batch the run-to-the-end loop narrows into: below about this width the batched
+# step costs about the same whatever the width (on CPU, per-operation overhead dominates),
+# and each width compiles the loop's body once more
+_NARROW_MIN = 8
+
+
+def _narrowing_widths(size: int) -> tuple[int, ...]:
+    """The widths a batch of ``size`` slots narrows through when run to the end
+    (:func:`_advance_narrowing`): quarters while they hold at least ``_NARROW_MIN`` slots."""
+    widths = []
+    while size // 4 >= _NARROW_MIN:
+        size //= 4
+        widths.append(size)
+    return tuple(widths)
+
+
+def _advance_narrowing(data: _Data, init: _State, options: LPOptions, deadline, limits, widths):
+    """Runs the batch ``init`` until every slot stops, narrowing in the compiled loop: while
+    more than ``widths[0]`` slots run, all of them advance; then the running ones (padded
+    with stopped ones) are gathered into a batch of ``widths[0]`` slots that goes on the
+    same way with ``widths[1:]``, and is scattered back when it stops. A stopped slot costs
+    a running one's arithmetic in a batched step, and the slowest instances of a batch may
+    take twice the mean's iterations (the lp suite's batch of 64 did); narrowing here needs
+    no return to the host between the stages."""
+    frozen_body = _frozen_body(data, options, deadline, limits)
+    if not widths:
         return jax.lax.while_loop(lambda s: jnp.any(s.status == _RUNNING), frozen_body, init)
-
-    def limited(carry):
-        state, count = carry
-        return jnp.any(state.status == _RUNNING) & (count < evaluations)
-
-    state, _ = jax.lax.while_loop(
-        limited, lambda c: (frozen_body(c[0]), c[1] + 1), (init, jnp.zeros([], jnp.int32))
+    width = widths[0]
+    state = jax.lax.while_loop(lambda s: jnp.sum(s.status == _RUNNING) > width, frozen_body, init)
+    # running slots first (a stable sort keeps the order among them)
+    pick = jnp.argsort(state.status.reshape(-1) != _RUNNING, stable=True)[:width]
+    take = functools.partial(jax.tree.map, lambda a: a[..., pick])
+    fields = take({k: getattr(data, k) for k in _BATCHED_FIELDS})
+    narrow = _advance_narrowing(
+        data._replace(**fields),
+        take(state),
+        options,
+        None if deadline is None else take(deadline),
+        limits,
+        widths[1:],
     )
-    return state
+    return jax.tree.map(lambda a, b: a.at[..., pick].set(b), state, narrow)
 
 
 _solve_jit = jax.jit(_solve, static_argnums=3)
@@ -927,6 +986,11 @@ def _batched_advance(options: LPOptions):
     return jax.jit(lambda d, s, n, t, limits: _advance(d, s, options, n, t, limits))
 
 
+@functools.lru_cache(maxsize=16)
+def _batched_narrowing(options: LPOptions, widths: tuple[int, ...]):
+    return jax.jit(lambda d, s, t, limits: _advance_narrowing(d, s, options, t, limits, widths))
+
+
 def _slot_deadlines(batch: LPBatch):
     """The slots' deadlines in the state's ``(1, B)`` layout (``None``: no time limit)."""
     return _deadline(batch.started.reshape(1, -1), batch.options.time_limit)
@@ -1138,8 +1202,9 @@ def solve_lp_batch(
 
     ``compact=True``: the batched loop costs as much for a finished instance as for a
     running one, so whenever at most half of the working batch still runs, the running
-    instances move into a batch of the next power of two (each new size compiles once);
-    ``False`` runs all ``B`` together to the end.
+    instances move into a batch of the next power of two (each new size compiles once),
+    and a batch of 32 to 63 finishes its last instances in a batch of a quarter of its
+    width, gathered inside the compiled loop; ``False`` runs all ``B`` together to the end.
 
     ``threads``: the batch is cut into this many groups of consecutive instances, each
     solved by its own loop on its own thread (XLA runs one loop on one core; the groups
@@ -1234,7 +1299,9 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     """Runs ``batch`` to the end, ``evaluations`` periods per call, moving the running
     instances into a batch of half the size or less (at least ``_COMPACT_MIN // 2``)
     whenever at most half of the slots still run; a batch under ``_COMPACT_MIN`` slots
-    then runs to the end in one call (below that, the calls cost more than they save)."""
+    then runs to the end in one call (below that, the calls cost more than they save),
+    narrowing inside the compiled loop (:func:`_advance_narrowing`) when it holds at least
+    ``4 * _NARROW_MIN`` slots."""
     advance = _batched_advance(_compiled_options(batch.options))
     limits = _limits(batch.options, batch.data.c.dtype)
     chunk = jnp.asarray(evaluations, jnp.int32)
@@ -1244,9 +1311,14 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     work = batch
     while True:
         small = active.size < _COMPACT_MIN
-        state = advance(
-            work.data, work.state, to_the_end if small else chunk, _slot_deadlines(work), limits
-        )
+        widths = _narrowing_widths(active.size) if small else ()
+        if widths:
+            narrowing = _batched_narrowing(_compiled_options(batch.options), widths)
+            state = narrowing(work.data, work.state, _slot_deadlines(work), limits)
+        else:
+            state = advance(
+                work.data, work.state, to_the_end if small else chunk, _slot_deadlines(work), limits
+            )
         work = work._replace(state=state)
         running = np.asarray(state.status).reshape(-1) == _RUNNING
         count = int(running.sum())

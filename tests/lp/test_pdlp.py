@@ -327,6 +327,69 @@ def test_batch_time_limit_counts_from_the_start_of_the_solve(compact):
     assert result.seconds < 0.2 + 2.0  # one evaluation takes about a millisecond here
 
 
+def _narrowing_spy(monkeypatch):
+    """Records the widths of every narrowing run-to-the-end call."""
+    calls = []
+    narrowing = pdlp._batched_narrowing
+    monkeypatch.setattr(
+        pdlp, "_batched_narrowing", lambda o, widths: calls.append(widths) or narrowing(o, widths)
+    )
+    return calls
+
+
+def test_narrowing_a_batch_in_the_loop_changes_no_result(monkeypatch):
+    # 32 instances on one thread, 26 with every variable fixed at 0 (infeasible: they stop
+    # at the first evaluations): the 6 running ones, spread over the batch, and 2 stopped
+    # ones are gathered into a batch of 8 inside the compiled loop, and must end as they
+    # would in place.
+    lp = _feasible_lp(5, m=14, n=18)
+    B = 32
+    lower, upper, _ = _perturbed_instances(lp, B, columns=4, seed=3)
+    run = np.isin(np.arange(B), [1, 5, 9, 14, 20, 27])
+    lower[~run], upper[~run] = 0.0, 0.0
+    options = LPOptions()
+    together = solve_lp_batch(lp, lower, upper, options=options, compact=False, threads=1)
+    calls = _narrowing_spy(monkeypatch)
+    assert pdlp._narrowing_widths(B) == (8,)
+    narrowed = solve_lp_batch(lp, lower, upper, options=options, compact=True, threads=1)
+    assert calls == [(8,)]
+    assert np.all(together.status[run] == Status.OPTIMAL), together.messages()
+    assert np.all(together.status[~run] == Status.PRIMAL_INFEASIBLE)
+    assert np.all(together.iterations[run] > together.iterations[~run].max())
+    np.testing.assert_array_equal(narrowed.status, together.status)
+    # As for the compacting loop: the same arithmetic per slot, vectorised over a batch
+    # axis of width 8 instead of 32, so float32 rounding may move a threshold test by one
+    # evaluation. A slot that got another's state would be off by far more (the bounds of
+    # the running instances differ by about 0.5); a stopped slot written back from the
+    # narrow batch must be exactly as it stopped.
+    gap = np.abs(narrowed.iterations - together.iterations)[run]
+    assert np.all(gap <= options.eval_every)
+    np.testing.assert_allclose(narrowed.x[run], together.x[run], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(narrowed.y[run], together.y[run], rtol=0, atol=1e-4)
+    for field in ("x", "y", "iterations", "residuals"):
+        np.testing.assert_array_equal(
+            getattr(narrowed, field)[~run], getattr(together, field)[~run]
+        )
+    # narrow batches only: below 32 slots the step costs about the same at any width
+    assert pdlp._narrowing_widths(31) == () and pdlp._narrowing_widths(128) == (32, 8)
+
+
+def test_a_narrowed_batch_keeps_each_slots_time_limit(monkeypatch):
+    # 32 slots, 26 of them infeasible (stopped at once): the 6 slow ones run on in a
+    # batch of 8 until their deadlines, gathered with them, stop them
+    lp, lower, upper = _slow_batch(32)
+    run = np.isin(np.arange(32), [0, 7, 8, 19, 30, 31])
+    upper[~run] = 0.0  # row 0 needs x_1 + 2 x_2 + 3 x_3 >= 1
+    options = LPOptions(tolerance=1e-30, max_iterations=10**6, time_limit=0.2)
+    calls = _narrowing_spy(monkeypatch)
+    solve_lp_batch(lp, lower, upper, options=options, threads=1)  # compile
+    result = solve_lp_batch(lp, lower, upper, options=options, threads=1)
+    assert calls == [(8,), (8,)]
+    assert np.all(result.status[run] == Status.TIME_LIMIT), result.messages()
+    assert np.all(result.status[~run] == Status.PRIMAL_INFEASIBLE), result.messages()
+    assert result.seconds < 0.2 + 2.0
+
+
 def test_batch_advance_time_limit_counts_from_each_slots_fill():
     import time
 
