@@ -14,6 +14,9 @@ the batch a few evaluation periods, and reads the slots that stopped:
 
 - node jobs, chosen best-bound first, with some slots diving (the newest nodes), warm
   started from the parent's LP point;
+- while there is no incumbent, a solved node's point is projected on the host (each set's
+  lambdas held to the segment of its argument, the rows met by a least-squares repair); a
+  result that meets the model to rounding is an incumbent at once;
 - SOS2 repair jobs: a node's intervals narrowed, per set, to the segment holding
   ``x = sum d_k lambda_k`` (or the adjacent pair of largest mass); any optimal answer is a
   feasible PWL point;
@@ -127,6 +130,13 @@ class PWLOptions(NamedTuple):
     seed: int = 0
 
 
+# _Solver._project: the largest model violation (PWLModel.check, relative) of a projected
+# point taken as an incumbent (rounding, as _report admits), and the failed projections
+# after which a search stops trying (each is a least-squares solve on the host)
+PROJECTION_VIOLATION = 1e-9
+PROJECTION_TRIES = 4
+
+
 class MIPSolution(NamedTuple):
     """``x``: model-variable values (``z`` included); ``objective`` and ``bound`` in the
     model's sense (a lower bound for a minimisation, an upper bound for a maximisation);
@@ -151,8 +161,9 @@ class MIPSolution(NamedTuple):
     first_incumbent_time: float
     lp_x: np.ndarray | None
     rounds: int
-    # the incumbent was re-solved to polish_tolerance; False for a point feasible to the
-    # node tolerance only, reported when no polished one exists (never used to prune)
+    # the incumbent was re-solved to polish_tolerance, or is a node's point projected onto
+    # its segments that meets the model to rounding; False for a point feasible to the
+    # node tolerance only, reported when no other exists (never used to prune)
     polished: bool
     # PWLModel.check at x: the largest relative violation of a bound, row or z = f(x)
     # (NaN without an incumbent)
@@ -402,6 +413,7 @@ class _Solver:
         self.heuristics: list[_Job] = []
         self.running: list[float] = []  # bounds of node jobs in flight
         self.polish_failures = 0
+        self.projection_failures = 0  # node points that _project could not make feasible
         self.fallback: tuple[float, np.ndarray | None] = (math.inf, None)  # unpolished
 
     # -- bounds and costs of jobs ----------------------------------------------------------
@@ -507,8 +519,12 @@ class _Solver:
         # gap the search closes is the gap reported (the polished LP's own objective can
         # differ from it by the LP tolerance)
         lp_x, values, violation, objective = self._report(polished_x)
-        if not objective < self.incumbent:
-            return "accepted", box_bound
+        if objective < self.incumbent:
+            self._accept(lp_x, values, violation, objective, elapsed)
+        return "accepted", box_bound
+
+    def _accept(self, lp_x, values, violation: float, objective: float, elapsed: float) -> None:
+        """Makes the reported point ``lp_x`` (:meth:`_report`) the incumbent and prunes."""
         self.incumbent, self.incumbent_x = objective, lp_x.copy()
         self.incumbent_report = (lp_x.copy(), values, violation)
         if math.isnan(self.first_time):
@@ -518,7 +534,23 @@ class _Solver:
         for i in self.store.prune_above(self._cutoff()):
             self.closed = min(self.closed, float(self.store.bound[i]))
             self._take_warm(int(self.store.warm[i]))  # releases its share
-        return "accepted", box_bound
+
+    def _project(self, x: np.ndarray, elapsed: float) -> bool:
+        """Direct SOS2 projection of a solved node's LP point ``x``, for a first incumbent
+        without another LP: each set's lambdas held to the segment of its argument, and the
+        point moved onto the rows (:meth:`_report`, a least-squares repair on the host). A
+        result that meets the model to rounding (:data:`PROJECTION_VIOLATION`) is a PWL
+        point, so it becomes the incumbent (and prunes) with its value on the model; it
+        is not re-solved (the repair and polish that follow may improve it). Whether the
+        rows can be met within the segments depends on the point: after
+        :data:`PROJECTION_TRIES` failures the search stops trying."""
+        lp_x, values, violation, objective = self._report(x)
+        if not violation <= PROJECTION_VIOLATION:
+            self.projection_failures += 1
+            return False
+        if objective < self.incumbent:
+            self._accept(lp_x, values, violation, objective, elapsed)
+        return True
 
     def _cutoff(self) -> float:
         if not math.isfinite(self.incumbent):
@@ -976,6 +1008,14 @@ class _Solver:
             self.store_full = True
             return MIPStatus.NODE_LIMIT
         # heuristics from this node's point
+        if (
+            finite
+            and st == Status.OPTIMAL
+            and not math.isfinite(self.incumbent)
+            and self.options.repair != "off"
+            and self.projection_failures < PROJECTION_TRIES
+        ):
+            self._project(x, elapsed)
         if (
             finite
             and self.options.repair != "off"

@@ -425,3 +425,47 @@ def test_repair_returns_an_sos2_point_when_its_pairs_are_feasible(rule):
         assert model.check(comp.model_values(sol.x)) <= 1e-6
         checked += 1
     assert checked >= 2  # the random nodes must include feasible repairs
+
+
+def test_a_solved_node_point_projected_onto_its_segments_is_an_incumbent():
+    # With a node limit of 1 only the root is solved, and its point spreads lambdas over
+    # non-adjacent breakpoints; the repair and pump jobs it queues never run. Projected
+    # onto the segments of its arguments and moved onto the rows, it is a PWL point.
+    found = 0
+    for seed in range(4):
+        model = random_model(seed, functions=5, segments=6)
+        options = PWLOptions(batch_size=1, node_limit=1, pump=False)
+        sol = solve_pwl(model, options)
+        assert sol.nodes == 1
+        if sol.x is None:
+            continue
+        found += 1
+        exact = brute_force(model)
+        value, violation = evaluate(model, sol.x)
+        assert violation <= 1e-9 * (1 + np.abs(sol.x).max())
+        assert value == pytest.approx(sol.objective, rel=1e-12, abs=1e-12)
+        assert value >= exact - 1e-9 * max(1.0, abs(exact))
+        assert sol.polished and sol.history[0][1] == 1  # found at the root, used to prune
+    assert found >= 3
+
+
+def test_projection_stops_after_its_failures(monkeypatch):
+    # a projection that never meets the model is tried on PROJECTION_TRIES node points
+    # only (each is a least-squares solve on the host), and makes no incumbent; without
+    # repair jobs and the pump, and with every SOS2-feasible node point rejected, the
+    # search finds none at all
+    from jaxopt_suite.pwl import bnb
+
+    monkeypatch.setattr(bnb, "PROJECTION_VIOLATION", -1.0)
+    monkeypatch.setattr(bnb._Solver, "_repair_job", lambda *args: None)
+    monkeypatch.setattr(bnb._Solver, "_offer", lambda *args: ("rejected", -math.inf))
+    calls = []
+    project = bnb._Solver._project
+    monkeypatch.setattr(
+        bnb._Solver, "_project", lambda self, x, t: calls.append(t) or project(self, x, t)
+    )
+    model = random_model(7, functions=5, segments=6)
+    sol = solve_pwl(model, PWLOptions(batch_size=1, node_limit=40, pump=False))
+    assert sol.nodes > bnb.PROJECTION_TRIES
+    assert len(calls) == bnb.PROJECTION_TRIES
+    assert sol.x is None and not sol.history
