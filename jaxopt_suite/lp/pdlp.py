@@ -85,7 +85,9 @@ _FLOAT32_STALL = (
 
 class LPOptions(NamedTuple):
     tolerance: float = 1e-4  # relative KKT: primal, dual residual and gap
-    infeasibility_tolerance: float = 1e-8  # relative violation of a ray certificate
+    # a ray certifies infeasibility when its cone violation, times 1 + the largest finite
+    # bound (cost, for a primal ray), is at most this times its objective (descent)
+    infeasibility_tolerance: float = 1e-8
     max_iterations: int = 100_000
     eval_every: int = 64
     # seconds, checked at evaluations: from the start of solve_lp / solve_lp_batch (for
@@ -435,11 +437,32 @@ def _kkt(data: _Data, x_s, y_s):
     return primal, dual, gap
 
 
+def _largest_finite(*vectors):
+    """The largest finite magnitude over axis 0 of the vectors (0 when none is finite)."""
+    return functools.reduce(
+        jnp.maximum,
+        [
+            jnp.max(jnp.abs(_finite_part(v)), axis=0, keepdims=v.ndim > 1, initial=0.0)
+            for v in vectors
+        ],
+    )
+
+
 def _certificates(data: _Data, dx_s, dy_s, tol):
-    """Whether the differences since the last restart certify infeasibility."""
+    """Whether the differences since the last restart certify infeasibility.
+
+    A unit dual ray ``dy`` whose cone violation is ``V`` and objective ``R > 0`` proves
+    only that a feasible ``x`` has ``|x| >= R / V`` or so (``R <= V |x|`` for every feasible
+    ``x``), and ``R`` grows with the bounds: with rows ``x_1 >= 1e9`` a ray of the early
+    iterates had ``V / R`` of 1e-9, under the tolerance, on a feasible LP. So the test is
+    ``V (1 + B) <= tol R`` with ``B`` the largest finite bound (row or column), which is
+    a proof, to the tolerance, for an LP whose variables are boxed at that scale; likewise
+    ``V (1 + C) <= tol D`` for a primal ray of descent ``D``, ``C`` the largest cost."""
     dx, dy = dx_s * data.x_unscale, dy_s * data.y_unscale
     lc, uc = data.row_lower_raw, data.row_upper_raw
     lv, uv = data.var_lower_raw, data.var_upper_raw
+    bound_scale = 1.0 + _largest_finite(lc, uc, lv, uv)
+    cost_scale = 1.0 + _largest_finite(data.c_raw)
     # Dual ray dy (primal infeasibility): -A^T dy in the cone of the variable bounds, and
     # sum(dy+ lc - dy- uc) + sum(lam+ lv - lam- uv) > 0.
     dy_norm = jnp.maximum(_norm(dy), 1e-30)
@@ -458,7 +481,9 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
         jnp.maximum(lam_ok, 0.0) * _finite_part(lv) - jnp.maximum(-lam_ok, 0.0) * _finite_part(uv)
     )
     violation = jnp.sqrt(_dot(bad_dy, bad_dy) + _dot(bad_lam, bad_lam))
-    primal_infeasible = (ray_obj > 0.0) & (violation <= tol * ray_obj) & (dy_norm > 1e-12)
+    primal_infeasible = (
+        (ray_obj > 0.0) & (violation * bound_scale <= tol * ray_obj) & (dy_norm > 1e-12)
+    )
     # Primal ray dx (dual infeasibility): c^T dx < 0, A dx in the rows' recession cone,
     # dx in the variable bounds' recession cone.
     dx_norm = jnp.maximum(_norm(dx), 1e-30)
@@ -472,7 +497,9 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
     )
     descent = -_dot(data.c_raw, dxn)
     violation = jnp.sqrt(_dot(row_bad, row_bad) + _dot(var_bad, var_bad))
-    dual_infeasible = (descent > 0.0) & (violation <= tol * descent) & (dx_norm > 1e-12)
+    dual_infeasible = (
+        (descent > 0.0) & (violation * cost_scale <= tol * descent) & (dx_norm > 1e-12)
+    )
     return primal_infeasible, dual_infeasible
 
 

@@ -89,6 +89,36 @@ def test_statuses_on_crafted_lps():
     assert limited.status == Status.ITERATION_LIMIT and "float32" not in limited.message
 
 
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("scale", [1e9, 1e15])
+def test_large_bounds_or_costs_make_no_false_certificate(x64, scale):
+    # Feasible, bounded LPs whose data are large: the early iterates' rays have a cone
+    # violation about 1e-9 of their objective (which grows with the data), under the
+    # tolerance, and these were reported PRIMAL_INFEASIBLE and DUAL_INFEASIBLE at the first
+    # evaluation, in float64 too. Genuine rays at the same scale are still certified.
+    inf = np.inf
+    rows = [[1.0, 0.0]] * 4 + [[1.0, 1.0]]
+    with jax.enable_x64(x64):
+        big_rows = solve_lp(LP([1.0, 1.0], rows, [scale] * 5, [inf] * 5, [0, 0], [inf] * 2))
+        big_cost = solve_lp(LP([-scale, -1.0], rows, [-inf] * 5, [1.0] * 5, [0, 0], [inf] * 2))
+        infeasible = solve_lp(
+            LP([1.0, 1.0], [[1, 1], [1, 1]], [3 * scale, -inf], [inf, scale], [0, 0], [inf] * 2)
+        )
+        unbounded = solve_lp(LP([-scale, 0.0], [[1, -1]], [-inf], [scale], [0, 0], [inf] * 2))
+    assert big_rows.status == Status.OPTIMAL, big_rows.message
+    assert big_rows.objective == pytest.approx(scale, rel=1e-4)
+    assert big_cost.status == Status.OPTIMAL, big_cost.message
+    assert big_cost.objective == pytest.approx(-scale, rel=1e-4)
+    assert infeasible.status == Status.PRIMAL_INFEASIBLE, infeasible.message
+    if x64 or scale <= 1e9:
+        assert unbounded.status == Status.DUAL_INFEASIBLE, unbounded.message
+    else:
+        # float32 rounding of a ray at 1e15 (a violation near 1e-7 of the descent) is no
+        # certificate at that scale: the iterates overflow first, and the status says so
+        assert unbounded.status == Status.NUMERICAL_ERROR, unbounded.message
+        assert "jax_enable_x64" in unbounded.message
+
+
 def test_warm_start_from_the_solution_stops_at_once():
     lp = _feasible_lp(7)
     cold = solve_lp(lp)
