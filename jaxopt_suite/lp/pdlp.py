@@ -1239,12 +1239,37 @@ def solve_lp_batch(
     per core this process may use. A group's results equal those of solving it alone.
     """
     start = time.perf_counter()
-    batch = batch_start(lp, var_lower, var_upper, c, options=options, warm_start=warm_start)
-    # the time limit counts from this call, for every instance and every advance below
-    batch = batch._replace(started=np.full_like(batch.started, start))
+    if not isinstance(lp, LP):
+        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
+    options = LPOptions() if options is None else options
+    _check_options(options)
+    inputs = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
+    size = inputs[0].shape[0]
+    if size == 0:
+        raise ValueError("var_lower and var_upper must hold at least one instance, got B = 0")
+    groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
+    base, scaling = _prepare(lp, options, batched=True)  # once, before any thread
     run = _run_compacting if compact else functools.partial(batch_advance, threads=1)
-    batch = _in_groups(batch, threads, run)
-    return batch_solution(batch, time.perf_counter() - start)
+
+    def one(rows) -> LPBatchSolution:
+        # each group's batch is made from its own rows on its own thread (taking slots
+        # out of one batch of all B costs more, with the threads contending)
+        data, state = _scaled_batch(base, scaling, *(a[rows] for a in inputs))
+        # the time limit counts from this call, for every instance and every advance
+        started = np.full(rows.size, start)
+        part = LPBatch(lp, options, scaling, data, state, *(a[rows] for a in inputs[:3]), started)
+        return batch_solution(run(part))
+
+    if len(groups) == 1:
+        parts = [one(groups[0])]
+    else:
+        parts = list(_thread_pool(len(groups)).map(_in_callers_precision(one), groups))
+    fields = {
+        name: np.concatenate([getattr(p, name) for p in parts])
+        for name in LPBatchSolution._fields
+        if name != "seconds"
+    }
+    return LPBatchSolution(**fields, seconds=time.perf_counter() - start)
 
 
 # solve_lp_batch's default: one thread per this many instances (a narrower loop spends
