@@ -414,6 +414,7 @@ class _Solver:
         self.running: list[float] = []  # bounds of node jobs in flight
         self.polish_failures = 0
         self.projection_failures = 0  # node points that _project could not make feasible
+        self.deadline = math.inf  # perf_counter time of the time limit (set by run)
         self.fallback: tuple[float, np.ndarray | None] = (math.inf, None)  # unpolished
 
     # -- bounds and costs of jobs ----------------------------------------------------------
@@ -473,12 +474,19 @@ class _Solver:
         ``polish_tolerance`` (divided by ``tighter``), warm started from ``(x, y)``:
         ``("optimal", objective, x, bound)`` with the safe dual bound of that LP,
         ``("infeasible", ...)`` when a dual ray proves ``x`` was no PWL point, or
-        ``("unfinished", ...)`` (time or iteration limit)."""
+        ``("unfinished", ...)`` (time or iteration limit), or ``("no time", ...)`` without
+        a solve once the search's time limit has passed (a polish gets at most the time
+        left, so a round that polishes several points ends near the limit)."""
+        options = self.polish_options()
+        if options.time_limit is not None:
+            left = self.deadline - time.perf_counter()
+            if left <= 0:
+                return "no time", math.nan, None, -math.inf
+            options = options._replace(time_limit=min(options.time_limit, left))
         lower, upper = self._bounds(lo, hi)
         lp = self.lp
         restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset)
         y0 = np.zeros(lp.num_rows) if y is None else y
-        options = self.polish_options()
         options = options._replace(tolerance=options.tolerance / tighter)
         sol = solve_lp(restricted, options, warm_start=(np.clip(x, lower, upper), y0))
         if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
@@ -495,10 +503,11 @@ class _Solver:
         polished LP's safe dual bound (a bound on the box ``[lo, hi]``; ``-inf`` with the
         other verdicts).
         ``"rejected"`` when the polished LP is infeasible (``x`` was no PWL point).
-        ``"fallback"`` when the polish runs out of time: the candidate is kept, feasible to
-        the node tolerance only, as the answer if no polished one turns up
-        (``MIPSolution.polished`` says so), and never used to prune; after two such,
-        polishing stops (the LPs of this model are too slow for it)."""
+        ``"fallback"`` when the polish runs out of time (or the search has none left): the
+        candidate is kept, feasible to the node tolerance only, as the answer if no polished
+        one turns up (``MIPSolution.polished`` says so), and never used to prune; after two
+        polishes that ran out of time, polishing stops (the LPs of this model are too slow
+        for it)."""
         state = "unfinished"
         if self.polish_failures < 2:
             state, polished_objective, polished_x, box_bound = self._polish(lo, hi, x, y)
@@ -507,7 +516,7 @@ class _Solver:
         if state != "optimal":
             # feasible only to the node tolerance: kept as a fallback answer, never used to
             # prune (an objective a little below the true one would cut off the optimum)
-            self.polish_failures += 1
+            self.polish_failures += state == "unfinished"
             if objective < self.fallback[0]:
                 self.fallback = (float(objective), x.copy())
                 if math.isnan(self.first_time):
@@ -661,6 +670,8 @@ class _Solver:
     def run(self) -> MIPSolution:
         opts = self.options
         start = time.perf_counter()
+        limit = opts.time_limit
+        self.deadline = math.inf if limit is None else start + limit
         B = int(opts.batch_size)
         lp = self.lp
         m, n = lp.num_rows, lp.num_cols

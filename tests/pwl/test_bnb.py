@@ -2,6 +2,7 @@
 
 import itertools
 import math
+import time
 
 import jax
 import numpy as np
@@ -469,3 +470,34 @@ def test_projection_stops_after_its_failures(monkeypatch):
     assert sol.nodes > bnb.PROJECTION_TRIES
     assert len(calls) == bnb.PROJECTION_TRIES
     assert sol.x is None and not sol.history
+
+
+def test_no_polish_starts_after_the_time_limit(monkeypatch):
+    # A round that processed several SOS2-feasible nodes polished each with an LP of up to
+    # an eighth of the time limit, past the limit too (portfolio_n100: 28.7 s for 20 s).
+    # A polish now gets the time left, and none starts once it is gone.
+    from jaxopt_suite.pwl import bnb
+    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+
+    model = random_model(0, functions=3, segments=4)
+    comp = model.compile()
+    solver = _Solver(model, comp, resolve_options(PWLOptions(time_limit=10.0)))
+    lo = np.zeros(comp.num_sets, np.int32)
+    hi = np.ones(comp.num_sets, np.int32)
+    x = np.zeros(comp.lp.num_cols)
+    limits = []
+    solve = bnb.solve_lp
+    monkeypatch.setattr(
+        bnb,
+        "solve_lp",
+        lambda lp, options, **kw: limits.append(options.time_limit) or solve(lp, options, **kw),
+    )
+    solver.deadline = time.perf_counter() + 0.5
+    solver._polish(lo, hi, x, None)
+    assert len(limits) == 1 and 0 < limits[0] <= 0.5  # the time left, not 10 / 8
+    solver.deadline = time.perf_counter() - 1.0
+    assert solver._polish(lo, hi, x, None)[0] == "no time"
+    assert len(limits) == 1  # no LP was started
+    verdict, _ = solver._offer(lo, hi, x, None, 1.0, 11.0)
+    assert verdict == "fallback" and solver.polish_failures == 0  # kept, not a failure
+    assert solver.fallback[0] == 1.0
