@@ -85,8 +85,9 @@ _FLOAT32_STALL = (
 
 class LPOptions(NamedTuple):
     tolerance: float = 1e-4  # relative KKT: primal, dual residual and gap
-    # a ray certifies infeasibility when its cone violation, times 1 + the largest finite
-    # bound (cost, for a primal ray), is at most this times its objective (descent)
+    # a ray certifies infeasibility when its cone violation, times 1 + the size of the
+    # bounds its objective uses (of the costs, for a primal ray), is at most this times its
+    # objective (descent); see _certificates
     infeasibility_tolerance: float = 1e-8
     max_iterations: int = 100_000
     eval_every: int = 64
@@ -437,32 +438,30 @@ def _kkt(data: _Data, x_s, y_s):
     return primal, dual, gap
 
 
-def _largest_finite(*vectors):
-    """The largest finite magnitude over axis 0 of the vectors (0 when none is finite)."""
-    return functools.reduce(
-        jnp.maximum,
-        [
-            jnp.max(jnp.abs(_finite_part(v)), axis=0, keepdims=v.ndim > 1, initial=0.0)
-            for v in vectors
-        ],
-    )
+def _weighted_scale(weight_sides):
+    """``sum |w| |side| / sum |w|`` over axis 0 for pairs ``(w, side)`` (sides finite where
+    ``w`` is nonzero; 0 when every ``w`` is): the size of the data a ray's objective is
+    made of, weighted by the ray."""
+    top = sum(_total(jnp.abs(w) * jnp.abs(_finite_part(side))) for w, side in weight_sides)
+    weight = sum(_total(jnp.abs(w)) for w, _ in weight_sides)
+    return top / jnp.maximum(weight, 1e-30)
 
 
 def _certificates(data: _Data, dx_s, dy_s, tol):
     """Whether the differences since the last restart certify infeasibility.
 
-    A unit dual ray ``dy`` whose cone violation is ``V`` and objective ``R > 0`` proves
-    only that a feasible ``x`` has ``|x| >= R / V`` or so (``R <= V |x|`` for every feasible
-    ``x``), and ``R`` grows with the bounds: with rows ``x_1 >= 1e9`` a ray of the early
-    iterates had ``V / R`` of 1e-9, under the tolerance, on a feasible LP. So the test is
-    ``V (1 + B) <= tol R`` with ``B`` the largest finite bound (row or column), which is
-    a proof, to the tolerance, for an LP whose variables are boxed at that scale; likewise
-    ``V (1 + C) <= tol D`` for a primal ray of descent ``D``, ``C`` the largest cost."""
+    A unit dual ray ``dy`` whose cone violation is ``V`` and objective ``R > 0`` says only
+    that a feasible ``x`` has ``|x| >= R / V`` or so (``R <= V |x|`` for every feasible
+    ``x``), and ``R`` grows with the bounds it is made of: with rows ``x_1 >= 1e9`` a ray
+    of the early iterates had ``V / R`` of 1e-9, under the tolerance, on a feasible LP. So
+    the test is ``V (1 + B) <= tol R``, ``B`` the magnitude of the bounds in ``R`` weighted
+    by the ray's entries on them (:func:`_weighted_scale`; a large bound that the ray does
+    not use leaves it alone); likewise ``V (1 + C) <= tol D`` for a primal ray of descent
+    ``D``, ``C`` the costs weighted by the ray. A heuristic at the data's scale, as every
+    first-order certificate is, not a proof."""
     dx, dy = dx_s * data.x_unscale, dy_s * data.y_unscale
     lc, uc = data.row_lower_raw, data.row_upper_raw
     lv, uv = data.var_lower_raw, data.var_upper_raw
-    bound_scale = 1.0 + _largest_finite(lc, uc, lv, uv)
-    cost_scale = 1.0 + _largest_finite(data.c_raw)
     # Dual ray dy (primal infeasibility): -A^T dy in the cone of the variable bounds, and
     # sum(dy+ lc - dy- uc) + sum(lam+ lv - lam- uv) > 0.
     dy_norm = jnp.maximum(_norm(dy), 1e-30)
@@ -481,6 +480,16 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
         jnp.maximum(lam_ok, 0.0) * _finite_part(lv) - jnp.maximum(-lam_ok, 0.0) * _finite_part(uv)
     )
     violation = jnp.sqrt(_dot(bad_dy, bad_dy) + _dot(bad_lam, bad_lam))
+    # (dyn_ok is positive only where lc is finite and negative only where uc is: the sides
+    # its objective uses; lam_ok likewise with lv, uv)
+    bound_scale = 1.0 + _weighted_scale(
+        [
+            (jnp.maximum(dyn_ok, 0.0), lc),
+            (jnp.maximum(-dyn_ok, 0.0), uc),
+            (jnp.maximum(lam_ok, 0.0), lv),
+            (jnp.maximum(-lam_ok, 0.0), uv),
+        ]
+    )
     primal_infeasible = (
         (ray_obj > 0.0) & (violation * bound_scale <= tol * ray_obj) & (dy_norm > 1e-12)
     )
@@ -496,6 +505,7 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
         jnp.isfinite(uv), jnp.maximum(dxn, 0.0), 0.0
     )
     descent = -_dot(data.c_raw, dxn)
+    cost_scale = 1.0 + _weighted_scale([(dxn, data.c_raw)])
     violation = jnp.sqrt(_dot(row_bad, row_bad) + _dot(var_bad, var_bad))
     dual_infeasible = (
         (descent > 0.0) & (violation * cost_scale <= tol * descent) & (dx_norm > 1e-12)

@@ -114,9 +114,27 @@ def test_large_bounds_or_costs_make_no_false_certificate(x64, scale):
         assert unbounded.status == Status.DUAL_INFEASIBLE, unbounded.message
     else:
         # float32 rounding of a ray at 1e15 (a violation near 1e-7 of the descent) is no
-        # certificate at that scale: the iterates overflow first, and the status says so
-        assert unbounded.status == Status.NUMERICAL_ERROR, unbounded.message
-        assert "jax_enable_x64" in unbounded.message
+        # certificate at that scale: the iterates may overflow first, and the status says so
+        assert unbounded.status in (Status.DUAL_INFEASIBLE, Status.NUMERICAL_ERROR)
+        if unbounded.status == Status.NUMERICAL_ERROR:
+            assert "jax_enable_x64" in unbounded.message
+
+
+def test_a_large_side_the_ray_barely_uses_leaves_its_certificate_alone():
+    # x1 + x2 >= 3 and <= 1 (infeasible at scale 1), and a row x3 <= 1e6 on a free column.
+    # The ray (1, -1 - 1e-10, -1e-12) is the genuine one plus rounding-sized entries: its
+    # cone violation (1e-12, on the free x3) is far under the tolerance at the scale of the
+    # sides it is made of (about 2), but scaling by the largest side of the whole LP (1e6)
+    # asked for 1e-14 of its objective, and rejected it.
+    inf = np.inf
+    lp = LP([1.0, 1.0, 0.0], [[1, 1, 0], [1, 1, 0], [0, 0, 1]], [3, -inf, -inf], [inf, 1, 1e6],
+            [0, 0, -inf], [inf] * 3)  # fmt: skip
+    with jax.enable_x64(True):
+        data, _ = pdlp._prepare(lp, LPOptions(matrix="dense"))
+        tol = jnp.asarray(1e-8)
+        dy = jnp.array([1.0, -1.0 - 1e-10, -1e-12])
+        primal, dual = pdlp._certificates(data, jnp.zeros(3), dy / data.y_unscale, tol)
+        assert bool(primal) and not bool(dual)
 
 
 def test_warm_start_from_the_solution_stops_at_once():
