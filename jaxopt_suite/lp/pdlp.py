@@ -1259,6 +1259,13 @@ def solve_lp_batch(
         raise ValueError("var_lower and var_upper must hold at least one instance, got B = 0")
     groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
     base, scaling = _prepare(lp, options, batched=True)  # once, before any thread
+    # the cached jit wrappers too, so that the threads share them (a wrapper made in each
+    # thread would compile in each)
+    _limits(options, base.c.dtype)
+    _batched_advance(_compiled_options(options))
+    for width in {g.size for g in groups if g.size < _COMPACT_MIN}:
+        if _narrowing_widths(width):
+            _batched_narrowing(_compiled_options(options), _narrowing_widths(width))
     run = _run_compacting if compact else functools.partial(batch_advance, threads=1)
 
     def one(rows) -> LPBatchSolution:

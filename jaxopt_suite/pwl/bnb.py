@@ -122,7 +122,8 @@ class PWLOptions(NamedTuple):
     # node LPs (None: tolerance 1e-4). Pruning uses safe dual bounds, so a loose node
     # tolerance costs only weaker bounds; incumbents are polished (below) for accuracy
     lp: LPOptions | None = None
-    # each new incumbent's LP (its SOS2 pairs fixed) is re-solved to this tolerance (None:
+    # each new incumbent's LP (its SOS2 pairs fixed) is re-solved to this tolerance, except a
+    # projected node point that meets the model to rounding (_Solver._project) (None:
     # 1e-6 in float64 (jax_enable_x64), 1e-5 in float32, which cannot reach much lower)
     polish_tolerance: float | None = None
     progress: bool = False
@@ -341,8 +342,9 @@ def resolve_options(options: PWLOptions) -> PWLOptions:
 
 def polish_options(options: PWLOptions) -> LPOptions:
     """The LP options incumbents are polished with: the node options at
-    ``polish_tolerance``, limited to an eighth of the time limit (a constant per run: LP
-    options are static, each value would compile anew)."""
+    ``polish_tolerance``, limited to an eighth of the time limit (a search gives each
+    polish at most the time it has left, :meth:`_Solver._polish`; the time limit is not
+    part of what the LP solve compiles)."""
     options = resolve_options(options)
     limit = None if options.time_limit is None else options.time_limit / 8
     return options.lp._replace(tolerance=options.polish_tolerance, time_limit=limit)
@@ -546,13 +548,17 @@ class _Solver:
 
     def _project(self, x: np.ndarray, elapsed: float) -> bool:
         """Direct SOS2 projection of a solved node's LP point ``x``, for a first incumbent
-        without another LP: each set's lambdas held to the segment of its argument, and the
-        point moved onto the rows (:meth:`_report`, a least-squares repair on the host). A
+        without another LP: each set's lambdas held to their pair when they are one, else to
+        the segment of the argument (:meth:`_candidate_intervals`), and the point moved onto
+        the rows (:meth:`_report`, a least-squares repair on the host). Part of the repair
+        heuristic: ``repair="off"`` turns it off too; none starts after the time limit. A
         result that meets the model to rounding (:data:`PROJECTION_VIOLATION`) is a PWL
         point, so it becomes the incumbent (and prunes) with its value on the model; it
         is not re-solved (the repair and polish that follow may improve it). Whether the
         rows can be met within the segments depends on the point: after
         :data:`PROJECTION_TRIES` failures the search stops trying."""
+        if time.perf_counter() >= self.deadline:
+            return False
         lp_x, values, violation, objective = self._report(x)
         if not violation <= PROJECTION_VIOLATION:
             self.projection_failures += 1
@@ -988,9 +994,10 @@ class _Solver:
                 return None  # the node's optimum is that point (to the gap tolerances)
             if leaf:
                 # "accepted" here: its polished LP, the leaf's own, is solved but its bound
-                # is short of the cutoff; "fallback": the polish did not finish. Either way
-                # the leaf's optimum is known only to an LP's tolerance, which the result
-                # says (_solution). "rejected": the leaf holds no PWL point.
+                # is short of the cutoff; "fallback": the polish did not finish (or found no
+                # time left to start). Either way the leaf's optimum is known only to an
+                # LP's tolerance, which the result says (_solution). "rejected": the leaf
+                # holds no PWL point.
                 if verdict in ("accepted", "fallback"):
                     self.closed = min(self.closed, bound)
                     if bound < self._cutoff():
@@ -1114,8 +1121,8 @@ class _Solver:
             # the gap tolerances were never checked against an unpolished point's value
             message = (
                 f"search complete, optimal to the node LPs' tolerance only (gap {gap:.1e}): "
-                "the polishing LP did not finish, so the point comes from a node LP "
-                f"(largest relative model violation {violation:.1e})"
+                "the point comes from a node LP, unpolished (its polishing LP did not finish, "
+                f"or had no time left); largest relative model violation {violation:.1e}"
             )
         elif status == MIPStatus.OPTIMAL and not self._gap_closed(bound):
             which, advice = (
@@ -1128,8 +1135,8 @@ class _Solver:
             )
         elif not polished and math.isfinite(inc):
             message += (
-                "; its polishing LP did not finish, so the point comes from a node LP "
-                f"(largest relative model violation {violation:.1e})"
+                "; the point comes from a node LP, unpolished (its polishing LP did not finish, "
+                f"or had no time left); largest relative model violation {violation:.1e}"
             )
         if self.store_full and status == MIPStatus.NODE_LIMIT:
             message = (

@@ -376,12 +376,16 @@ def test_batch_time_limit_counts_from_the_start_of_the_solve(compact):
 
 
 def _narrowing_spy(monkeypatch):
-    """Records the widths of every narrowing run-to-the-end call."""
+    """Records the widths of every narrowing run-to-the-end call that runs (not of the
+    compiled functions merely looked up)."""
     calls = []
     narrowing = pdlp._batched_narrowing
-    monkeypatch.setattr(
-        pdlp, "_batched_narrowing", lambda o, widths: calls.append(widths) or narrowing(o, widths)
-    )
+
+    def factory(options, widths):
+        run = narrowing(options, widths)
+        return lambda *args: calls.append(widths) or run(*args)
+
+    monkeypatch.setattr(pdlp, "_batched_narrowing", factory)
     return calls
 
 
@@ -436,6 +440,28 @@ def test_a_narrowed_batch_keeps_each_slots_time_limit(monkeypatch):
     assert np.all(result.status[run] == Status.TIME_LIMIT), result.messages()
     assert np.all(result.status[~run] == Status.PRIMAL_INFEASIBLE), result.messages()
     assert result.seconds < 0.2 + 2.0
+
+
+def test_a_narrowed_batch_gathers_each_slots_own_deadline(monkeypatch):
+    # 6 slow slots among 26 infeasible ones, narrowed into a batch of 8: three were
+    # filled 0.6 s before the others (deadlines 0.4 s and 1 s away). A gather that mixed
+    # the deadlines up would stop the wrong ones first.
+    from jaxopt_suite.lp.pdlp import batch_solution, batch_start
+
+    lp, lower, upper = _slow_batch(32)
+    run = np.isin(np.arange(32), [0, 7, 8, 19, 30, 31])
+    upper[~run] = 0.0
+    early = np.isin(np.arange(32), [7, 19, 31])
+    options = LPOptions(tolerance=1e-30, max_iterations=10**7, time_limit=1.0)
+    calls = _narrowing_spy(monkeypatch)
+    for _ in range(2):  # the first compiles
+        batch = batch_start(lp, lower, upper, options=options)
+        batch = batch._replace(started=np.where(early, batch.started - 0.6, batch.started))
+        result = batch_solution(pdlp._run_compacting(batch))
+    assert calls == [(8,), (8,)]
+    assert np.all(result.status[run] == Status.TIME_LIMIT), result.messages()
+    late = run & ~early
+    assert result.iterations[late].min() > 1.5 * result.iterations[early].max()
 
 
 def test_batch_advance_time_limit_counts_from_each_slots_fill():

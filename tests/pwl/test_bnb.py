@@ -428,19 +428,30 @@ def test_repair_returns_an_sos2_point_when_its_pairs_are_feasible(rule):
     assert checked >= 2  # the random nodes must include feasible repairs
 
 
-def test_a_solved_node_point_projected_onto_its_segments_is_an_incumbent():
+def test_a_solved_node_point_projected_onto_its_segments_is_an_incumbent(monkeypatch):
     # With a node limit of 1 only the root is solved, and its point spreads lambdas over
     # non-adjacent breakpoints; the repair and pump jobs it queues never run. Projected
     # onto the segments of its arguments and moved onto the rows, it is a PWL point.
+    from jaxopt_suite.pwl import bnb
+
+    projected = []
+    project = bnb._Solver._project
+    monkeypatch.setattr(
+        bnb._Solver, "_project", lambda self, x, t: projected.append(project(self, x, t))
+    )
     found = 0
     for seed in range(4):
         model = random_model(seed, functions=5, segments=6)
         options = PWLOptions(batch_size=1, node_limit=1, pump=False)
+        projected.clear()
         sol = solve_pwl(model, options)
         assert sol.nodes == 1
         if sol.x is None:
             continue
-        found += 1
+        # the projection ran when the root branched (else the root's point was SOS2 and
+        # its polish made the incumbent)
+        assert projected in ([], [True])
+        found += projected == [True]
         exact = brute_force(model)
         value, violation = evaluate(model, sol.x)
         assert violation <= 1e-9 * (1 + np.abs(sol.x).max())
@@ -501,3 +512,15 @@ def test_no_polish_starts_after_the_time_limit(monkeypatch):
     verdict, _ = solver._offer(lo, hi, x, None, 1.0, 11.0)
     assert verdict == "fallback" and solver.polish_failures == 0  # kept, not a failure
     assert solver.fallback[0] == 1.0
+    # a search sets its deadline from its start and time limit
+    deadlines = []
+    polish = _Solver._polish
+    monkeypatch.setattr(
+        _Solver,
+        "_polish",
+        lambda self, *a, **k: deadlines.append(self.deadline) or polish(self, *a, **k),
+    )
+    monkeypatch.setattr(bnb, "PROJECTION_TRIES", 0)  # incumbents by polishing only
+    before = time.perf_counter()
+    solve_pwl(model, PWLOptions(time_limit=30.0))
+    assert deadlines and all(before + 30.0 <= d <= time.perf_counter() + 30.0 for d in deadlines)
