@@ -1028,6 +1028,14 @@ def _batched_narrowing(options: LPOptions, widths: tuple[int, ...]):
     return jax.jit(lambda d, s, t, limits: _advance_narrowing(d, s, options, t, limits, widths))
 
 
+def _narrowing_run(options: LPOptions, size: int):
+    """The compiled run to the end of :func:`_run_compacting` for a working batch of
+    ``size`` slots, when it narrows (``None`` otherwise: the host compacts a batch of
+    ``_COMPACT_MIN`` or more, and one under ``4 * _NARROW_MIN`` runs as it is)."""
+    widths = _narrowing_widths(size) if size < _COMPACT_MIN else ()
+    return _batched_narrowing(_compiled_options(options), widths) if widths else None
+
+
 def _slot_deadlines(batch: LPBatch):
     """The slots' deadlines in the state's ``(1, B)`` layout (``None``: no time limit)."""
     return _deadline(batch.started.reshape(1, -1), batch.options.time_limit)
@@ -1044,17 +1052,31 @@ def batch_start(
 ) -> LPBatch:
     """A batch of ``B`` instances of ``lp`` (bounds ``(B, n)``, costs ``(B, n)`` or
     ``lp.c``) ready to :func:`batch_advance`; nothing is solved yet."""
+    options, inputs = _start_inputs(lp, var_lower, var_upper, c, options, warm_start)
+    base, scaling = _prepare(lp, options, batched=True)
+    return _batch_of(lp, options, base, scaling, inputs, time.perf_counter())
+
+
+def _start_inputs(lp, var_lower, var_upper, c, options, warm_start):
+    """``(options, (lower, upper, costs, x0, y0))`` checked for a new batch."""
     if not isinstance(lp, LP):
         raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
     options = LPOptions() if options is None else options
     _check_options(options)
-    lower, upper, costs, x0, y0 = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
-    if lower.shape[0] == 0:
+    inputs = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
+    if inputs[0].shape[0] == 0:
         raise ValueError("var_lower and var_upper must hold at least one instance, got B = 0")
-    base, scaling = _prepare(lp, options, batched=True)
-    data, state = _scaled_batch(base, scaling, lower, upper, costs, x0, y0)
-    started = np.full(lower.shape[0], time.perf_counter())
-    return LPBatch(lp, options, scaling, data, state, lower, upper, costs, started)
+    return options, inputs
+
+
+def _batch_of(lp, options, base, scaling, inputs, started: float) -> LPBatch:
+    """The batch of the checked host rows ``inputs`` (:func:`_start_inputs`), filled at
+    ``started`` (a perf_counter time)."""
+    data, state = _scaled_batch(base, scaling, *inputs)
+    lower, upper, costs = inputs[:3]
+    return LPBatch(
+        lp, options, scaling, data, state, lower, upper, costs, np.full(lower.shape[0], started)
+    )
 
 
 def batch_advance(
@@ -1249,33 +1271,25 @@ def solve_lp_batch(
     per core this process may use. A group's results equal those of solving it alone.
     """
     start = time.perf_counter()
-    if not isinstance(lp, LP):
-        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
-    options = LPOptions() if options is None else options
-    _check_options(options)
-    inputs = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
+    options, inputs = _start_inputs(lp, var_lower, var_upper, c, options, warm_start)
     size = inputs[0].shape[0]
-    if size == 0:
-        raise ValueError("var_lower and var_upper must hold at least one instance, got B = 0")
     groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
     base, scaling = _prepare(lp, options, batched=True)  # once, before any thread
     # the cached jit wrappers too, so that the threads share them (a wrapper made in each
     # thread would compile in each)
     _limits(options, base.c.dtype)
     _batched_advance(_compiled_options(options))
-    for width in {g.size for g in groups if g.size < _COMPACT_MIN}:
-        if _narrowing_widths(width):
-            _batched_narrowing(_compiled_options(options), _narrowing_widths(width))
+    for width in {g.size for g in groups}:
+        _narrowing_run(options, width)
     run = _run_compacting if compact else functools.partial(batch_advance, threads=1)
 
     def one(rows) -> LPBatchSolution:
         # each group's batch is made from its own rows on its own thread (taking slots
-        # out of one batch of all B costs more, with the threads contending)
-        data, state = _scaled_batch(base, scaling, *(a[rows] for a in inputs))
-        # the time limit counts from this call, for every instance and every advance
-        started = np.full(rows.size, start)
-        part = LPBatch(lp, options, scaling, data, state, *(a[rows] for a in inputs[:3]), started)
-        return batch_solution(run(part))
+        # out of one batch of all B costs more, with the threads contending); the time
+        # limit counts from this call, for every instance and every advance
+        return batch_solution(
+            run(_batch_of(lp, options, base, scaling, [a[rows] for a in inputs], start))
+        )
 
     if len(groups) == 1:
         parts = [one(groups[0])]
@@ -1380,9 +1394,8 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     work = batch
     while True:
         small = active.size < _COMPACT_MIN
-        widths = _narrowing_widths(active.size) if small else ()
-        if widths:
-            narrowing = _batched_narrowing(_compiled_options(batch.options), widths)
+        narrowing = _narrowing_run(batch.options, active.size)
+        if narrowing is not None:
             state = narrowing(work.data, work.state, _slot_deadlines(work), limits)
         else:
             state = advance(

@@ -15,8 +15,8 @@ the batch a few evaluation periods, and reads the slots that stopped:
 - node jobs, chosen best-bound first, with some slots diving (the newest nodes), warm
   started from the parent's LP point;
 - while there is no incumbent, a solved node's point is projected on the host (each set's
-  lambdas held to the segment of its argument, the rows met by a least-squares repair); a
-  result that meets the model to rounding is an incumbent at once;
+  lambdas held to their pair, or to the segment of its argument, the rows met by a
+  least-squares repair); a result that meets the model to rounding is an incumbent at once;
 - SOS2 repair jobs: a node's intervals narrowed, per set, to the segment holding
   ``x = sum d_k lambda_k`` (or the adjacent pair of largest mass); any optimal answer is a
   feasible PWL point;
