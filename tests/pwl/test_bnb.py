@@ -485,8 +485,8 @@ def test_projection_stops_after_its_failures(monkeypatch):
 
 def test_no_polish_starts_after_the_time_limit(monkeypatch):
     # A round that processed several SOS2-feasible nodes polished each with an LP of up to
-    # an eighth of the time limit, past the limit too (portfolio_n100: 28.7 s for 20 s).
-    # A polish now gets the time left, and none starts once it is gone.
+    # an eighth of the time limit, past the limit too (the pwl suite's portfolio_n100 ran
+    # seconds over). A polish now gets the time left, and none starts once it is gone.
     from jaxopt_suite.pwl import bnb
     from jaxopt_suite.pwl.bnb import _Solver, resolve_options
 
