@@ -107,18 +107,26 @@ QUICK_THROUGHPUT = "hopper_velocity"
 THROUGHPUT_ITERATIONS = 10
 
 
-def _trainer(algorithm: str, env, task: dict):
+def _config(algorithm: str, task: dict, k: float = K):
+    """The suite's configuration of ``algorithm`` on ``task`` (ASCPO's bound with ``k``)."""
     common = dict(
         cost_limit=task["limit"],
         num_envs=task["num_envs"],
         episode_length=EPISODE,
         unroll_length=EPISODE,
         iterations=task["iterations"],
-        k=K,
+        k=k,
     )
     if algorithm.startswith("ppo"):
-        return make_ppo_trainer(PPOLagrangianConfig(variant=algorithm, **common), env)
-    return make_trainer(TrustRegionConfig(algorithm=algorithm, max_kl=MAX_KL, **common), env)
+        return PPOLagrangianConfig(variant=algorithm, **common)
+    return TrustRegionConfig(algorithm=algorithm, max_kl=MAX_KL, **common)
+
+
+def _trainer(algorithm: str, env, task: dict):
+    config = _config(algorithm, task)
+    if algorithm.startswith("ppo"):
+        return make_ppo_trainer(config, env)
+    return make_trainer(config, env)
 
 
 def _timed(fn, *args) -> tuple[object, float, float]:

@@ -21,7 +21,7 @@ import numpy as np
 
 import envs
 from benchmarks import safe_rl
-from jaxopt_suite.rl.constrained import TrustRegionConfig, make_trainer
+from jaxopt_suite.rl.constrained import make_trainer
 from jaxopt_suite.rl.training import train_function
 
 WINDOW = 100
@@ -35,11 +35,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     task = safe_rl.TASKS[TASK]
     env = envs.make(task["env"], **task["kwargs"])
-    config = TrustRegionConfig(
-        algorithm="ascpo", max_kl=safe_rl.MAX_KL, cost_limit=task["limit"],
-        num_envs=task["num_envs"], episode_length=safe_rl.EPISODE,
-        unroll_length=safe_rl.EPISODE, iterations=task["iterations"], k=args.k,
-    )  # fmt: skip
+    config = safe_rl._config("ascpo", task, k=args.k)
     seeds = safe_rl.SEEDS
     keys = jax.random.split(jax.random.key(0), seeds)
     start = time.perf_counter()
