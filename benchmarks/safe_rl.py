@@ -124,9 +124,8 @@ def _config(algorithm: str, task: dict, k: float = K):
 
 def _trainer(algorithm: str, env, task: dict):
     config = _config(algorithm, task)
-    if algorithm.startswith("ppo"):
-        return make_ppo_trainer(config, env)
-    return make_trainer(config, env)
+    make = make_ppo_trainer if isinstance(config, PPOLagrangianConfig) else make_trainer
+    return make(config, env)
 
 
 def _timed(fn, *args) -> tuple[object, float, float]:

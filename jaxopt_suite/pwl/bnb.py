@@ -1117,12 +1117,15 @@ class _Solver:
             )
         elif status in (MIPStatus.NODE_LIMIT, MIPStatus.TIME_LIMIT) and not math.isfinite(inc):
             message += "; no feasible point found"
+        unpolished = (
+            "the point comes from a node LP, unpolished (its polishing LP did not finish, "
+            f"or had no time left); largest relative model violation {violation:.1e}"
+        )
         if not polished and math.isfinite(inc) and status == MIPStatus.OPTIMAL:
             # the gap tolerances were never checked against an unpolished point's value
             message = (
                 f"search complete, optimal to the node LPs' tolerance only (gap {gap:.1e}): "
-                "the point comes from a node LP, unpolished (its polishing LP did not finish, "
-                f"or had no time left); largest relative model violation {violation:.1e}"
+                + unpolished
             )
         elif status == MIPStatus.OPTIMAL and not self._gap_closed(bound):
             which, advice = (
@@ -1134,10 +1137,7 @@ class _Solver:
                 f"search complete, optimal to the {which} tolerance only (gap {gap:.1e}): {advice}"
             )
         elif not polished and math.isfinite(inc):
-            message += (
-                "; the point comes from a node LP, unpolished (its polishing LP did not finish, "
-                f"or had no time left); largest relative model violation {violation:.1e}"
-            )
+            message += "; " + unpolished
         if self.store_full and status == MIPStatus.NODE_LIMIT:
             message = (
                 f"the node store is full (capacity {self.options.capacity}: raise "
