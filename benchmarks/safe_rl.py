@@ -27,10 +27,11 @@ and its training rate ends at 11%.
 
 ASCPO's ``k`` (both variants') is 7, the authors' code's default (Cantelli:
 ``P(D_max > w) <= 2%``); it was 4.36 before, the ``k`` whose certificate is the target's 5%.
-``benchmarks/safe_rl_probe.py`` (``results/probes/safe_rl_walker_k*.json``) shows why on
-the walker: at 4.36 the bound stayed violated in 60-100% of each seed's last 100
-iterations, 59-89% of them case-1 steps (the linearised step reaches the bound inside the
-trust region, the line search accepts, and the bound stays violated), 1-17% recoveries;
+``benchmarks/safe_rl_probe.py`` (``results/probes/safe_rl_walker_k*_kl0.05.json``, at the
+KL radius 0.05 all tasks had then) shows why on the walker: at 4.36 the bound stayed
+violated in 60-100% of each seed's last 100 iterations, 59-89% of them case-1 steps (the
+linearised step reaches the bound inside the trust region, the line search accepts, and the
+bound stays violated), 1-17% recoveries;
 at 7 the larger ``c`` makes 22-80% of them recoveries (case 0: the whole step lowers the
 cost), the training violation rate over those iterations falls from 2.4-14.8% to
 0.9-5.3%, the deterministic policies' violation from 18.4% to 6.2% (one seed in 31%)
@@ -39,6 +40,20 @@ and the sampled ones' from 9.1% to 1.9%, for 10% less return. The suite at 7 (th
 the random-start point task (0.6% against 3.8%; 4.1% at 4.36), and on the hopper (its
 deterministic policies violate in 0.4% of their episodes; 0% at 4.36) its return falls
 from 119% of PPO-Lagrangian's to 72%.
+
+The trust-region methods' KL radius is 0.02 on the Brax tasks (the authors' code's
+default) and 0.05 on the point tasks; it was 0.05 on all. With about 32 episodes a batch,
+the bound at ``k = 7`` is exceeded by any batch with one violating episode (one episode at
+``x > w``, the rest at 0: ``mean + 7 std = x (1 + 7 sqrt(31)) / 32 > 1.2 x``, the
+population std), so late training alternates reward steps and recoveries, and a step of
+KL 0.05 could carry a walker seed's deterministic policy well past the limit. The probes at
+``k = 7`` (``results/probes/safe_rl_<task>_k7_kl<radius>.json``, 5 seeds each): on the
+walker the deterministic policies violate in 1.25% of their episodes at 0.02 against 6.25%
+at 0.05, for 403 against 409 return; on the hopper in 0% at 0.02 and 0.3% at 0.05, returns
+211 and 196 (each seed ends near 240-280 or near 105-145, so a mean over 5 seeds moves
+with how many do which). On the point tasks 0.02 does worse in 100 iterations: a seed on the
+fixed-start task violated in 80% of its episodes (16% over the seeds; none at 0.05), and
+the random-start task's rate rose from 0.4% to 3.1%.
 
 ASCPO and SCPO constrain the max cost (``w``); CPO and PPO-Lagrangian constrain the
 episode's summed cost, with the same number ``w`` as their limit (their standard form; a
@@ -88,17 +103,21 @@ QUICK_SEEDS = 3
 EVAL_ENVS = 64
 REPEATS = 3
 K = 7.0  # ASCPO's bound: mean + k std of the max cost; Cantelli: P(violation) <= 2%
-MAX_KL = 0.05  # every trust-region method's KL radius
+# every trust-region method's KL radius, per task: the authors' 0.02 on the Brax tasks, 0.05
+# on the point tasks (see the module docstring)
+MAX_KL = {"point": 0.05, "brax": 0.02}
 TASKS = {
     "point_goal_hazards": {"env": "point_goal_hazards", "kwargs": {}, "limit": 0.05,
-                           "num_envs": 16, "iterations": 100},
+                           "num_envs": 16, "iterations": 100, "max_kl": MAX_KL["point"]},
     "point_goal_hazards_random_start": {"env": "point_goal_hazards",
                                         "kwargs": {"start_noise": 0.5}, "limit": 0.05,
-                                        "num_envs": 16, "iterations": 100},
+                                        "num_envs": 16, "iterations": 100,
+                                        "max_kl": MAX_KL["point"]},
     "hopper_velocity": {"env": "hopper_velocity", "kwargs": {"kind": "hinge"}, "limit": 0.25,
-                        "num_envs": 32, "iterations": 300},
+                        "num_envs": 32, "iterations": 300, "max_kl": MAX_KL["brax"]},
     "walker2d_velocity": {"env": "walker2d_velocity", "kwargs": {"kind": "hinge"},
-                          "limit": 0.25, "num_envs": 32, "iterations": 300},
+                          "limit": 0.25, "num_envs": 32, "iterations": 300,
+                          "max_kl": MAX_KL["brax"]},
 }  # fmt: skip
 QUICK_TASKS = {"point_goal_hazards": TASKS["point_goal_hazards"]}
 ALGORITHMS = ("ascpo", "scpo", "cpo", "ppo_lagrangian", "ppo_ascpo")
@@ -119,7 +138,7 @@ def _config(algorithm: str, task: dict, k: float = K):
     )
     if algorithm.startswith("ppo"):
         return PPOLagrangianConfig(variant=algorithm, **common)
-    return TrustRegionConfig(algorithm=algorithm, max_kl=MAX_KL, **common)
+    return TrustRegionConfig(algorithm=algorithm, max_kl=task["max_kl"], **common)
 
 
 def _trainer(algorithm: str, env, task: dict):
@@ -337,8 +356,11 @@ def _summarise(results, tasks, quick, seeds, out_dir) -> SuiteResult:
         "algorithms": list(ALGORITHMS),
         "ascpo_k": K,
         "ascpo_certificate": ascpo.certificate(K),
-        "trust_region": dataclasses.asdict(TrustRegionConfig()),
-        "ppo_lagrangian": dataclasses.asdict(PPOLagrangianConfig()),
+        # the configuration each algorithm trained with, per task
+        "configs": {
+            name: {alg: dataclasses.asdict(_config(alg, task)) for alg in ALGORITHMS}
+            for name, task in tasks.items()
+        },
         "backends": envs.DEFAULT_BACKENDS,
     }
     plot = out_dir / "safe_rl.png"

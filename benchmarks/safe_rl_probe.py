@@ -1,12 +1,14 @@
-"""Probe: ASCPO on the safe_rl suite's walker task at a given ``k``.
+"""Probe: ASCPO on a safe_rl suite task (the walker unless ``--task``) at a given ``k`` and
+KL radius.
 
-Trains the suite's walker configuration (``benchmarks.safe_rl.TASKS``, its seeds, keys and
-evaluator) with the bound's ``k`` given, and writes, per seed, the deterministic and sampled
-evaluation and, over the last ``WINDOW`` iterations, how often the bound was violated
-(``c > 0``), the share of each CPO case, how often the line search accepted, and the
-training violation rate::
+Trains the suite's configuration of the task (``benchmarks.safe_rl.TASKS``, its seeds, keys
+and evaluator) with the bound's ``k`` and the trust region's ``max_kl`` given (default: the
+suite's), and writes, per seed, the deterministic and sampled evaluation and, over the last
+``WINDOW`` iterations, how often the bound was violated (``c > 0``), the share of each CPO
+case, how often the line search accepted, and the training violation rate::
 
-    PYTHONPATH=. python -m benchmarks.safe_rl_probe --k 7 --out probe.json
+    PYTHONPATH=. python -m benchmarks.safe_rl_probe --task hopper_velocity --k 7 \\
+        --max-kl 0.02 --out probe.json
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ TASK = "walker2d_velocity"
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default=TASK, choices=sorted(safe_rl.TASKS))
     parser.add_argument("--k", type=float, default=safe_rl.K)
+    parser.add_argument("--max-kl", type=float, default=None, help="default: the task's")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    task = safe_rl.TASKS[TASK]
+    task = safe_rl.TASKS[args.task]
     env = envs.make(task["env"], **task["kwargs"])
-    config = safe_rl._config("ascpo", task, k=args.k)
+    max_kl = task["max_kl"] if args.max_kl is None else args.max_kl
+    config = dataclasses.replace(safe_rl._config("ascpo", task, k=args.k), max_kl=max_kl)
     seeds = safe_rl.SEEDS
     keys = jax.random.split(jax.random.key(0), seeds)
     start = time.perf_counter()
@@ -45,8 +50,9 @@ def main(argv=None) -> None:
     deterministic, sampled = safe_rl._evaluator(env, task, seeds)(result.params)
     m = {k: np.asarray(v, np.float64)[:, -WINDOW:] for k, v in result.metrics.items()}
     out = {
-        "command": f"python -m benchmarks.safe_rl_probe --k {args.k}",
-        "task": TASK,
+        "command": f"python -m benchmarks.safe_rl_probe --task {args.task} --k {args.k} "
+        f"--max-kl {max_kl}",
+        "task": args.task,
         "config": dataclasses.asdict(config),
         "seeds": seeds,
         "seconds": seconds,
