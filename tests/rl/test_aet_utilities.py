@@ -157,6 +157,27 @@ def test_nash_welfare_on_negative_returns_asks_for_a_shift():
     U.esr(U.nash_welfare(m=2, shift=3.0)).check_returns(partial, partial[:, -1])
 
 
+def test_the_shift_nash_welfare_asks_for_lifts_every_objective():
+    # one shift for all: the objective with the lowest return sets it
+    returns = np.array([[-10.0, -1.0], [5.0, 4.0]])
+    with pytest.raises(
+        ValueError, match=r"pass shift > 10, e\.g\. nash_welfare\(\.\.\., shift=11\)"
+    ):
+        U.esr(U.nash_welfare(m=2)).check_returns(returns[:, None], returns)
+    U.esr(U.nash_welfare(m=2, shift=11.0)).check_returns(returns[:, None], returns)
+    # a per-objective shift: the advice was sized for the objective with the lowest
+    # G + shift alone, objective 1 (-1 + 0), and its "shift=2" left objective 0 at -10 + 2;
+    # now each objective's own bound, keeping the shifts already large enough
+    per_objective = U.esr(U.nash_welfare(m=2, shift=[20.0, 0.0]))
+    with pytest.raises(
+        ValueError,
+        match=r"objective 1, and shift 0 does not lift that above 0; pass shift_i > \[10, 1\] "
+        r"per objective, e\.g\. nash_welfare\(\.\.\., shift=\[20, 2\]\)",
+    ):
+        per_objective.check_returns(returns[:, None], returns)
+    U.esr(U.nash_welfare(m=2, shift=[20.0, 2.0])).check_returns(returns[:, None], returns)
+
+
 def test_check_returns_checks_the_outer_utility_on_h_of_the_returns():
     """A linear ``h`` is defined everywhere, but Nash welfare outside it needs ``h(G) > 0``:
     returns down to (-2, -2) give ``h = -4`` (and a NaN value), so ``shift > 4``."""

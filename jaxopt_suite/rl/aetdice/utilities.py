@@ -108,6 +108,11 @@ def _like(vector: jax.Array, returns: jax.Array) -> jax.Array:
 _MAX_EXPONENT = 80.0
 
 
+def _format_list(values) -> str:
+    """``[a, b, ...]`` with each value to 4 significant digits."""
+    return "[" + ", ".join(f"{float(v):.4g}" for v in values) + "]"
+
+
 def _check_finite(returns, name: str, size: int) -> np.ndarray:
     """``returns`` as float64 ``(..., size)``; a ValueError unless finite, with ``size``
     objectives."""
@@ -189,11 +194,23 @@ class NashWelfare(NamedTuple):
         shift = np.asarray(self.shift, np.float64)
         if np.any(minimum + shift <= 0):
             worst = int(np.argmin(minimum + shift))
+            # the advice lifts every objective: a shift sized for the worst one alone can
+            # leave another below 0 (a low return with a larger shift of its own)
+            if np.all(shift == shift[0]):
+                advice = (
+                    f"pass shift > {np.max(-minimum):.4g}, e.g. "
+                    f"nash_welfare(..., shift={np.max(-minimum) + 1:.4g})"
+                )
+            else:
+                lifted = np.maximum(shift, -minimum + 1)
+                advice = (
+                    f"pass shift_i > {_format_list(-minimum)} per objective, e.g. "
+                    f"nash_welfare(..., shift={_format_list(lifted)})"
+                )
             raise ValueError(
                 f"Nash welfare takes log(G + shift), undefined where G + shift <= 0: {name} "
                 f"reach {minimum[worst]:.4g} on objective {worst}, and shift "
-                f"{shift[worst]:.4g} does not lift that above 0; pass shift > "
-                f"{-minimum[worst]:.4g}, e.g. nash_welfare(..., shift={-minimum[worst] + 1:.4g})"
+                f"{shift[worst]:.4g} does not lift that above 0; {advice}"
             )
 
 
