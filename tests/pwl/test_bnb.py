@@ -455,8 +455,8 @@ def test_a_solved_node_point_projected_onto_its_segments_is_an_incumbent(monkeyp
         assert projected in ([], [True])
         found += projected == [True]
         # a lower bound on the optimum: HiGHS's MIP dual bound on the binary formulation,
-        # solved to gap 0 (within 2e-15 of the optimum on these models; test_highs checks
-        # HiGHS against enumeration); enumerating the 6**5 segment choices took 10 s a model
+        # solved to gap 0, so the optimum up to rounding (test_highs checks HiGHS against
+        # enumeration); enumerating the 6**5 segment choices here took 10 s a model
         reference = solve_highs(model, relative_gap=0.0)
         assert reference.status == "optimal"
         exact = reference.bound
