@@ -287,13 +287,15 @@ def run(*, quick: bool, out_dir: Path, progress: Progress) -> SuiteResult:
 
 
 def _summarise(results, tasks, quick, seeds, out_dir) -> SuiteResult:
-    summary, worst_violation, margins, return_ratios = [], [], [], []
+    summary, worst_violation, margins, return_ratios, at_zero = [], [], [], [], []
     for name in tasks:
         cell = results[name]
         ours = cell["ascpo"]["evaluation"]
         worst_violation.append(100 * ours["violation"])
         others = [cell[a]["evaluation"]["violation"] for a in ("ppo_lagrangian", "cpo", "scpo")]
         margins.append(100 * (min(others) - ours["violation"]))
+        if min(others) == 0:
+            at_zero.append(name)
         lag = cell["ppo_lagrangian"]["evaluation"]["episode_return"]
         return_ratios.append(ours["episode_return"] / lag if lag > 0 else float("nan"))
         for algorithm in ALGORITHMS:
@@ -327,6 +329,12 @@ def _summarise(results, tasks, quick, seeds, out_dir) -> SuiteResult:
         if quick
         else ""
     )
+    # the strict comparison cannot hold where a baseline violates in none of its episodes
+    floor = (
+        f"a baseline's rate is 0 on {', '.join(at_zero)}: ASCPO's cannot be lower there"
+        if at_zero
+        else ""
+    )
     targets = [
         Target.evaluate(
             "ASCPO violation rate % (deterministic policy), worst task",
@@ -340,7 +348,7 @@ def _summarise(results, tasks, quick, seeds, out_dir) -> SuiteResult:
             min(margins),
             0.0,
             ">",
-            note,
+            "; ".join(part for part in (note, floor) if part),
         ),  # fmt: skip
         Target.evaluate(
             "ASCPO return / PPO-Lagrangian's, worst task", min(return_ratios), 0.8, ">=", note
