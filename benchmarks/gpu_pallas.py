@@ -11,8 +11,9 @@ it against the reference and XLA's dense and BCOO products (median of ``--repeat
 calls after a warm-up, ``block_until_ready``), and times ``solve_lp_batch`` with
 ``matrix="block"`` against ``"dense"`` and ``"sparse"`` on the ``lp`` suite's batched LP.
 A lowering that fails to compile is recorded with its error, not raised. Everything goes
-to ``DIR/gpu_pallas.json``; ``--interpret`` runs the same script on a CPU in interpret
-mode (a check of the script itself: its timings mean nothing).
+to ``DIR/gpu_pallas.json``, rewritten after each case (a run cut short keeps what it
+measured); ``--interpret`` runs the same script on a CPU in interpret mode (a check of the
+script itself: its timings mean nothing).
 """
 
 from __future__ import annotations
@@ -124,6 +125,12 @@ def _batched_lp(B, repeats):
     return out
 
 
+def _write(path: Path, results: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1, default=str))
+    tmp.replace(path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -146,15 +153,16 @@ def main(argv=None) -> int:
         "spmm": [],
         "batched_lp": [],
     }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "gpu_pallas.json"
     for case in cases:
         results["spmm"].append(_spmm_case(*case, lowerings, repeats))
         print(json.dumps(results["spmm"][-1], default=str)[:400], flush=True)
+        _write(path, results)
     for B in (64,) if args.interpret else (64, 256):
         results["batched_lp"].append(_batched_lp(B, repeats=min(repeats, 5)))
         print(json.dumps(results["batched_lp"][-1]), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "gpu_pallas.json"
-    path.write_text(json.dumps(results, indent=1, default=str))
+        _write(path, results)
     print(f"wrote {path}")
     return 0
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The GPU checks of the lp and pwl suites in one command, sized for a 10-minute run on a
+# lent GPU machine (from the repository root, with results going to $OUT):
+#
+#   bash benchmarks/gpu_device.sh "$OUT" [SHA]
+#
+# 1. benchmarks.gpu_pallas: the block-ELL SpMM compiled for real (Mosaic GPU and Triton)
+#    against the reference and XLA, and solve_lp_batch's matrix products (at most 200 s);
+# 2. benchmarks.gpu_pwl: the branch-and-bound on the GPU against HiGHS on the host's
+#    cores, mid and large PWL instances (330 s for the GPU part, then HiGHS's last solves).
+#
+# HiGHS needs highspy, which a GPU image may lack: wheels in .whl/ (a folder git ignores,
+# carried to the machine) are installed first. Fill it here with
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 -d .whl highspy==1.16.0
+# (the Python version of the GPU machine's image).
+set -u
+out=${1:?usage: gpu_device.sh OUT_DIR [SHA]}
+sha=${2:-}
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:.
+else
+  export PYTHONPATH=.
+fi
+export PYTHONUNBUFFERED=1
+python3 -c "import jax; print(jax.__version__, jax.devices())" 2>&1 | tee "$out/devices.log"
+timeout 200 python3 -m benchmarks.gpu_pallas --out "$out" --repeats 10 > "$out/gpu_pallas.log" 2>&1
+echo "gpu_pallas exit $?" | tee -a "$out/devices.log"
+timeout 420 python3 -m benchmarks.gpu_pwl --out "$out" --budget 330 ${sha:+--sha "$sha"} \
+  > "$out/gpu_pwl.log" 2>&1
+echo "gpu_pwl exit $?" | tee -a "$out/devices.log"
+tail -n 25 "$out/gpu_pwl.log"

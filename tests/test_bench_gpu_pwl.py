@@ -1,0 +1,69 @@
+"""The GPU branch-and-bound script: its summary from synthetic rows, and one CPU check run."""
+
+import json
+import math
+
+import pytest
+
+from benchmarks import gpu_pwl
+from jaxopt_suite.pwl import instances
+
+
+def _row(size_class, ours_s, highs_s, ours_obj=1.0, highs_obj=1.0, ours="OPTIMAL", highs="optimal"):
+    return {
+        "size_class": size_class,
+        "ours": {"status": ours, "objective": ours_obj, "seconds": ours_s},
+        "highs": {"status": highs, "objective": highs_obj, "seconds": highs_s},
+    }
+
+
+def test_summary_per_size_class():
+    rows = {
+        "a": _row("mid", 1.0, 4.0),
+        "b": _row("mid", 2.0, 2.0, ours_obj=1.00002),
+        # ours ran out of time (25 s counts as the 20 s limit); HiGHS proved optimality
+        "c": _row("large", 25.0, 5.0, ours="TIME_LIMIT", ours_obj=math.nan),
+        "d": _row("large", 1.0, 1.0, ours_obj=-2.0, highs_obj=-2.0),
+        # no HiGHS result (the GPU part ran, HiGHS's process failed): left out
+        "e": {"size_class": "large", "ours": {"status": "OPTIMAL", "seconds": 0.1}},
+    }
+    s = gpu_pwl.summarize(rows, time_limit=20.0)
+    assert set(s) == {"mid", "large"}
+    mid, large = s["mid"], s["large"]
+    assert mid["instances"] == 2 and large["instances"] == 2
+    assert mid["time_ratio_geomean"] == pytest.approx(math.sqrt(0.25 * 1.0))
+    assert mid["beats_highs"] and mid["ours_faster"] == 1
+    assert mid["both_optimal"] == 2
+    assert mid["max_objective_difference"] == pytest.approx(2e-5)
+    assert large["time_ratio_geomean"] == pytest.approx(math.sqrt(4.0 * 1.0))
+    assert not large["beats_highs"] and large["ours_faster"] == 0
+    assert large["ours_optimal"] == 1 and large["highs_optimal"] == 2
+    assert large["both_optimal"] == 1 and large["max_objective_difference"] == 0.0
+
+
+def test_mid_and_large_instances_smallest_first():
+    specs = gpu_pwl._specs(cpu_check=False)
+    assert {instances.size_class(s) for s in specs} == {"mid", "large"}
+    expected = [s for s in instances.SUITE if instances.size_class(s) != "small"]
+    assert sorted(s.name for s in specs) == sorted(s.name for s in expected)
+    terms = [s.pwl_terms for s in specs]
+    assert terms == sorted(terms) and terms[0] >= instances.SMALL_MAX
+
+
+def test_refuses_cpu_without_check(tmp_path):
+    with pytest.raises(SystemExit):
+        gpu_pwl.main(["--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        gpu_pwl.main(["--out", str(tmp_path), "--cpu-check", "--budget", "0"])
+
+
+def test_cpu_check_run(tmp_path):
+    assert gpu_pwl.main(["--out", str(tmp_path), "--cpu-check", "--highs-workers", "1"]) == 0
+    result = json.loads((tmp_path / "gpu_pwl.json").read_text())
+    (name,) = result["instances"]
+    row = result["instances"][name]
+    assert row["size_class"] == "mid" and row["pwl_terms"] >= instances.SMALL_MAX
+    assert row["ours"]["seconds"] <= result["time_limit"] + 1.0
+    assert row["highs"]["status"] == "optimal"
+    assert result["skipped"] == []
+    assert result["summary"]["mid"]["instances"] == 1
