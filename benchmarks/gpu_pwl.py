@@ -5,7 +5,8 @@ Run on a machine with a GPU (a CUDA build of jax, and highspy) from the reposito
     PYTHONPATH=. python3 -m benchmarks.gpu_pwl --out DIR
 
 For every mid and large instance of :data:`jaxopt_suite.pwl.instances.SUITE` (100 PWL
-terms or more; :func:`~jaxopt_suite.pwl.instances.size_class`), smallest first, it runs
+terms or more; :func:`~jaxopt_suite.pwl.instances.size_class`), a mid and a large one in
+turn, each class smallest first, it runs
 ``solve_pwl`` on the default (GPU) device exactly as the ``pwl`` suite does on a CPU:
 float64, batch 64, the same warm-up solve before the timed one, the same time limit
 (``--time-limit``, the suite's 20 s by default). HiGHS solves the same instances on the
@@ -45,11 +46,21 @@ CLASSES = ("mid", "large")
 
 
 def _specs(cpu_check: bool) -> list[instances.InstanceSpec]:
-    specs = sorted(
-        (s for s in instances.SUITE if instances.size_class(s) in CLASSES),
-        key=lambda s: (s.pwl_terms, s.name),
-    )
-    return specs[:1] if cpu_check else specs
+    """Mid and large instances alternately, each class smallest first (so a run that its
+    budget cuts short has measured both classes), then the rest of the longer class."""
+    by_class = [
+        sorted(
+            (s for s in instances.SUITE if instances.size_class(s) == cls),
+            key=lambda s: (s.pwl_terms, s.name),
+        )
+        for cls in CLASSES
+    ]
+    if cpu_check:
+        return by_class[0][:1]
+    order = []
+    for i in range(max(map(len, by_class))):
+        order.extend(specs[i] for specs in by_class if i < len(specs))
+    return order
 
 
 def _highs_worker_init() -> None:

@@ -41,13 +41,17 @@ def test_summary_per_size_class():
     assert large["both_optimal"] == 1 and large["max_objective_difference"] == 0.0
 
 
-def test_mid_and_large_instances_smallest_first():
+def test_mid_and_large_instances_alternate_smallest_first():
     specs = gpu_pwl._specs(cpu_check=False)
-    assert {instances.size_class(s) for s in specs} == {"mid", "large"}
     expected = [s for s in instances.SUITE if instances.size_class(s) != "small"]
     assert sorted(s.name for s in specs) == sorted(s.name for s in expected)
-    terms = [s.pwl_terms for s in specs]
-    assert terms == sorted(terms) and terms[0] >= instances.SMALL_MAX
+    classes = [instances.size_class(s) for s in specs]
+    n_large = classes.count("large")
+    assert n_large >= 2 and classes[: 2 * n_large] == ["mid", "large"] * n_large
+    for cls in ("mid", "large"):
+        terms = [s.pwl_terms for s in specs if instances.size_class(s) == cls]
+        assert terms == sorted(terms)
+    assert gpu_pwl._specs(cpu_check=True) == specs[:1]
 
 
 def test_refuses_cpu_without_check(tmp_path):
