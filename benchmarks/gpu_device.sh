@@ -7,7 +7,8 @@
 # 1. benchmarks.gpu_pallas: the block-ELL SpMM compiled for real (Mosaic GPU and Triton)
 #    against the reference and XLA, and solve_lp_batch's matrix products (at most 200 s);
 # 2. benchmarks.gpu_pwl: the branch-and-bound on the GPU against HiGHS on the host's
-#    cores, mid and large PWL instances in turn (330 s for the GPU part, then HiGHS's last solves).
+#    cores, mid and large PWL instances in turn (330 s for the GPU part, then HiGHS's
+#    last solves).
 #
 # HiGHS needs highspy, which a GPU image may lack: wheels in .whl/ (a folder git ignores,
 # carried to the machine) are installed first. Fill it here with
