@@ -4,12 +4,15 @@ Run on a machine with a GPU (a CUDA build of jax) from the repository root::
 
     PYTHONPATH=. python3 -m benchmarks.gpu_pallas --out DIR
 
-It tries each lowering (``mosaic``: ``pallas_call``'s default on Hopper; ``triton``: with
-Triton's compiler parameters) on every case (``n``, density, tile, ``B``), checks the
-kernel against :func:`pallas_kernels.bsr_spmm_reference` (float32, relative error), times
-it against the reference and XLA's dense and BCOO products (median of ``--repeats``
-calls after a warm-up, ``block_until_ready``), and times ``solve_lp_batch`` with
-``matrix="block"`` against ``"dense"`` and ``"sparse"`` on the ``lp`` suite's batched LP.
+It tries each lowering (``mosaic`` and ``mosaic_warpgroup``: Mosaic GPU, ``pallas_call``'s
+default on Hopper, with Lane and with Warpgroup semantics, named since jax 0.11 changed the
+default from the first to the second; ``triton``: with Triton's compiler parameters) on
+every case (``n``, density, tile, ``B``), checks the kernel against
+:func:`pallas_kernels.bsr_spmm_reference` (float32, relative error), times it against the
+reference and XLA's dense and BCOO products (median of ``--repeats`` calls after a
+warm-up, ``block_until_ready``), and times ``solve_lp_batch`` with ``matrix="block"``
+(``bsr_spmm``'s default compiler parameters) against ``"dense"`` and ``"sparse"`` on the
+``lp`` suite's batched LP.
 A lowering that fails to compile is recorded with its error, not raised. Everything goes
 to ``DIR/gpu_pallas.json``, rewritten after each case (a run cut short keeps what it
 measured); ``--interpret`` runs the same script on a CPU in interpret mode (a check of the
@@ -48,10 +51,17 @@ SMALL_CASES = [(512, 0.01, 16, 64)]
 def _lowerings(interpret: bool) -> dict[str, dict]:
     if interpret:
         return {"interpret": {"interpret": True}}
+    from jax.experimental.pallas import mosaic_gpu as plgpu
     from jax.experimental.pallas import triton as plt
 
+    def mosaic(semantics):
+        params = plgpu.CompilerParams(lowering_semantics=semantics)
+        return {"interpret": False, "compiler_params": params}
+
     return {
-        "mosaic": {"interpret": False},
+        # named: jax 0.11 made Warpgroup the default, where 0.10 lowered by Lane
+        "mosaic": mosaic(plgpu.LoweringSemantics.Lane),
+        "mosaic_warpgroup": mosaic(plgpu.LoweringSemantics.Warpgroup),
         "triton": {
             "interpret": False,
             "compiler_params": plt.CompilerParams(num_warps=4, num_stages=2),
