@@ -5,12 +5,12 @@
 #   bash benchmarks/gpu_device.sh "$OUT" [SHA]
 #
 # 1. benchmarks.gpu_pallas: the block-ELL SpMM compiled for real (Mosaic GPU and Triton)
-#    against the reference and XLA, and solve_lp_batch's matrix products (at most 200 s);
+#    against the reference and XLA, and solve_lp_batch's matrix products (at most 150 s);
 # 2. benchmarks.gpu_pwl: the branch-and-bound on the GPU against HiGHS on the host's
-#    cores, mid and large PWL instances in turn (330 s for the GPU part, then HiGHS's
+#    cores, mid and large PWL instances in turn (300 s for the GPU part, then HiGHS's
 #    last solves).
 #
-# HiGHS needs highspy, which a GPU image may lack: wheels in .whl/ (a folder git ignores,
+# HiGHS needs highspy, which a GPU image may lack: wheels in .whl/ (ignored by .gitignore,
 # carried to the machine) are installed first. Fill it here with
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 -d .whl highspy==1.16.0
@@ -28,9 +28,9 @@ else
 fi
 export PYTHONUNBUFFERED=1
 python3 -c "import jax; print(jax.__version__, jax.devices())" 2>&1 | tee "$out/devices.log"
-timeout 200 python3 -m benchmarks.gpu_pallas --out "$out" --repeats 10 > "$out/gpu_pallas.log" 2>&1
+timeout 150 python3 -m benchmarks.gpu_pallas --out "$out" --repeats 10 > "$out/gpu_pallas.log" 2>&1
 echo "gpu_pallas exit $?" | tee -a "$out/devices.log"
-timeout 420 python3 -m benchmarks.gpu_pwl --out "$out" --budget 330 ${sha:+--sha "$sha"} \
+timeout 400 python3 -m benchmarks.gpu_pwl --out "$out" --budget 300 ${sha:+--sha "$sha"} \
   > "$out/gpu_pwl.log" 2>&1
 echo "gpu_pwl exit $?" | tee -a "$out/devices.log"
 tail -n 25 "$out/gpu_pwl.log"
