@@ -1,8 +1,11 @@
 """AETDICE: offline optimisation of an AET objective ``g(E[h(G)])`` (seed abstract 19, arXiv
 2606.31178) by finite-horizon DICE over augmented states.
 
-**Reconstruction** (the paper's text is not available; ``notes/rl.md`` section 5; this module
-and :mod:`.utilities` hold all of it):
+**Reconstruction** (the paper's text is not available; ``notes/rl.md`` section 5). All of it
+is in two places: this module (the augmented, finite-horizon problem: items 1 and 4) and
+:mod:`.utilities` (the AET objective ``g(E[h(G)])`` and the per-step rewards that absorb
+``h``: items 2 and 3); :mod:`.dice` holds the dual they share with the baselines, whose own
+departures from OptiDICE and FairDICE are marked "ours" there:
 
 1. The state is augmented with the accumulated vector return and the time,
    ``s^_t = (s_t, x_t, t / T)``, ``x_t = sum_{tau < t} r_tau``, as

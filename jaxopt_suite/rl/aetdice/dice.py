@@ -29,15 +29,16 @@ where ``f*`` is the convex conjugate of ``f`` on ``w >= 0`` and the optimal rati
 Both are divided by a reward scale ``sigma`` (the spread of the per-step rewards), which
 makes ``alpha`` comparable across tasks.
 
-**Mass bound** (``DiceConfig.mass_constraint``; OptiDICE's normalisation ``E_D[w] = 1``, here
-an inequality). Every occupancy the flow admits has mass ``c_1 E_D[w] <= 1``: the finite
-horizon's sums to the policy's mean episode length over ``T``, the discounted one to 1 less
-what ending episodes take out of it, so equality holds only where every episode runs to the
-horizon (not on the hopper, which falls). With ``nu`` a network the dual does not keep to it
-by itself: the shift of ``nu`` that moves every residual alike (``kappa (T - t)`` under the
-finite horizon) is a slow direction for the network, and on the balance task's data the
-ratios' batch mean ends training above 1.3 without the bound (AETDICE with the accumulated
-anchor of its rewards, ``tests/rl/test_aetdice.py``).
+**Mass bound** (ours, ``DiceConfig.mass_constraint``; OptiDICE's normalisation
+``E_D[w] = 1``, here an inequality). Every occupancy the flow admits has mass
+``c_1 E_D[w] <= 1``: the finite horizon's sums to the policy's mean episode length over
+``T``, the discounted one to 1 less what ending episodes take out of it, so equality holds
+only where every episode runs to the horizon (not on the hopper, which falls). With ``nu``
+a network the dual does not keep to it by itself: the shift of ``nu`` that moves every
+residual alike (``kappa (T - t)`` under the finite horizon) is a slow direction for the
+network, and on the balance task's data the ratios' batch mean ends training above 1.3
+without the bound (AETDICE with the accumulated anchor of its rewards,
+``tests/rl/test_aetdice.py``).
 The estimated returns are then inflated as much, which misleads a nonlinear utility: on the
 ``morl`` suite's halfcheetah data under Tchebycheff, ``mu`` settled on the run objective
 where energy's term binds (``benchmarks.morl_policy_probe``). The bound enters with its own
@@ -380,7 +381,8 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     ``config.behaviour_conditioned``, as BC(P)) and nothing else is trained. ``fit`` is pure,
     so it ``vmap``s over problems and keys.
 
-    The ratio is ``w*(e_phi(s, a) / alpha)`` with ``e_phi`` an estimate of
+    The ratio (ours: OptiDICE's and FairDICE's losses put the sampled residual in ``w*``)
+    is ``w*(e_phi(s, a) / alpha)`` with ``e_phi`` an estimate of
     ``E[e | s, a] = mu^T E[r | s, a] / sigma + E[gamma_t nu(s') | s, a] - nu(s)``: a
     residual model (a ``ValueNetwork`` with ``k + 1`` outputs) regresses (least squares) the
     reward vector over its standard deviation and the bootstrap

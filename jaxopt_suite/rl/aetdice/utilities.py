@@ -17,8 +17,11 @@ before or after the expectation. Here an objective is
 
 with an inner transformation ``h: R^m -> R^k`` and an outer concave ``g: R^k -> R``: SER is
 ``h = id, g = u`` and ESR is ``h = u, g = id`` (:func:`ser`, :func:`esr`; :class:`AET` takes
-any pair). This decomposition is a reconstruction from the abstract (the paper's text is not
-available; ``notes/rl.md`` section 5) and lives in this module only.
+any pair). This decomposition and the per-step rewards that absorb ``h``
+(:func:`telescoped_rewards`, :func:`projected_rewards`) are a reconstruction from the
+abstract (the paper's text is not available; ``notes/rl.md`` section 5); with the
+finite-horizon problem of :mod:`.aetdice` they are all of it, and that module's docstring
+lists the parts.
 
 Each utility is a ``NamedTuple`` of arrays, so its weights are pytree leaves (``vmap`` over
 preferences needs no recompile), with
