@@ -226,6 +226,14 @@ def test_bad_inputs_raise():
     data = _dataset()
     with pytest.raises(ValueError, match="reward vectors have 2 objectives but the ESR"):
         A.train_aetdice(data, U.esr(U.tchebycheff(m=3)), jax.random.key(0), CONFIG)
+    # the baselines too (SER-DICE trains an ESR objective's SER form)
+    for train, objective in [
+        (A.train_optidice, U.ser(U.linear([1.0, 1.0, 1.0]))),
+        (A.train_serdice, U.esr(U.tchebycheff(m=3))),
+        (A.train_bc, U.ser(U.tchebycheff(m=3))),
+    ]:
+        with pytest.raises(ValueError, match="reward vectors have 2 objectives but the .*has 3"):
+            train(data, objective, jax.random.key(0), CONFIG)
     shifted = data._replace(rewards=data.rewards - 1.0)
     with pytest.raises(ValueError, match=r"undefined where G \+ shift <= 0.*pass shift >"):
         A.train_aetdice(shifted, U.esr(U.nash_welfare(m=2)), jax.random.key(0), CONFIG)
