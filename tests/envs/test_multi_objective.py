@@ -268,6 +268,54 @@ def test_brax_hopper_objectives(hopper):
     np.testing.assert_allclose(trace["reward"], vector.sum(-1), rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("name", "names"),
+    [("mo_halfcheetah", ("run", "energy")), ("mo_ant", ("forward", "lateral", "energy"))],
+)
+def test_brax_halfcheetah_and_ant_objectives(name, names):
+    # the velocities checked against the torso's displacement over a step, not only
+    # against Brax's metrics of the same name
+    env = envs.make_multi_objective(name, backend="spring")
+    steps, num_envs = 10, 2
+
+    def run(key):
+        reset_key, action_key = jax.random.split(key)
+        state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
+
+        def body(state, key):
+            shape = (num_envs, env.action_size)
+            action = jax.random.uniform(key, shape, minval=-1.5, maxval=1.5)
+            new = jax.vmap(env.step)(state, action)
+            return new, {
+                "vector": new.info["reward_vector"],
+                "metrics": new.metrics,
+                "reward": new.reward,
+                "before": state.pipeline_state.x.pos[:, 0, :2],
+                "after": new.pipeline_state.x.pos[:, 0, :2],
+                "action": action,
+            }
+
+        return jax.lax.scan(body, state, jax.random.split(action_key, steps))[1]
+
+    trace = jax.tree.map(np.asarray, jax.jit(run)(jax.random.key(5)))
+    assert env.reward_names == names and env.reward_size == len(names)
+    vector, metrics = trace["vector"], trace["metrics"]
+    assert vector.shape == (steps, num_envs, len(names)) and np.all(np.isfinite(vector))
+    velocity = (trace["after"] - trace["before"]) / float(env.dt)
+    energy = 1.0 - np.mean(np.clip(trace["action"], -1.0, 1.0) ** 2, axis=-1)
+    np.testing.assert_allclose(vector[..., -1], energy, rtol=1e-6, atol=1e-6)
+    if name == "mo_halfcheetah":
+        np.testing.assert_allclose(vector[..., 0], velocity[..., 0], rtol=1e-5, atol=1e-5)
+    else:  # the ant's survival bonus enters both movement objectives
+        survive = metrics["reward_survive"]
+        np.testing.assert_array_equal(survive, 1.0)
+        np.testing.assert_allclose(vector[..., 0], velocity[..., 0] + survive, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(vector[..., 1], velocity[..., 1] + survive, rtol=1e-5, atol=1e-5)
+    for index, objective in enumerate(names):
+        np.testing.assert_array_equal(metrics[f"reward_{objective}"], vector[..., index])
+    np.testing.assert_allclose(trace["reward"], vector.sum(-1), rtol=1e-5)
+
+
 def test_registry():
     assert envs.multi_objective_names() == ("mo_ant", "mo_balance", "mo_halfcheetah", "mo_hopper")
     assert isinstance(envs.make_multi_objective("mo_balance", slip=0.1), envs.BalanceTask)
