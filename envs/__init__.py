@@ -19,7 +19,8 @@ For multi-objective RL (vector rewards in ``state.info['reward_vector']``):
 - :class:`BalanceTask` and the Brax tasks of :func:`make_multi_objective` /
   :func:`multi_objective_names`;
 - D4MORL-like offline data: :class:`OfflineDataset`, :func:`collect`,
-  :func:`preference_grid`, :func:`save`, :func:`load`, :func:`episode_returns`.
+  :func:`collect_d4morl`, :func:`preference_grid`, :func:`save`, :func:`load`,
+  :func:`episode_returns`.
 
 This package depends on Brax and JAX only, never on ``jaxopt_suite``.
 """
@@ -52,6 +53,7 @@ from envs.multi_objective import (
 from envs.offline import (
     OfflineDataset,
     collect,
+    collect_d4morl,
     episode_returns,
     load,
     preference_grid,
@@ -82,6 +84,7 @@ __all__ = [
     "VelocityCostWrapper",
     "augment_observations",
     "collect",
+    "collect_d4morl",
     "energy_efficiency",
     "episode_returns",
     "episode_statistics",

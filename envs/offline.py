@@ -9,6 +9,8 @@ with their reward vectors and preferences, in "expert" (the policies as trained)
 - :func:`collect` rolls a policy out at given preferences, with Gaussian action noise for
   amateur data;
 - :func:`preference_grid` makes wide or narrow preference sets;
+- :func:`collect_d4morl` collects D4MORL's grid: expert and amateur data at wide and narrow
+  coverage;
 - :func:`save` / :func:`load` write and read ``.npz`` files, :func:`validate_dataset` checks one;
 - :func:`episode_returns` sums the vector returns.
 """
@@ -263,6 +265,70 @@ def collect(
     return OfflineDataset(
         **arrays, preferences=np.repeat(preferences, episodes, axis=0), metadata=metadata
     )
+
+
+QUALITIES = ("expert", "amateur")
+
+
+def collect_d4morl(
+    env: Env,
+    policy: Policy,
+    *,
+    key: jax.Array,
+    num_preferences: int,
+    episodes_per_preference: int,
+    horizon: int,
+    amateur_noise: float,
+    qualities=QUALITIES,
+    coverages=COVERAGES,
+    random_preferences: bool = False,
+    metadata: dict | None = None,
+) -> dict[tuple[str, str], OfflineDataset]:
+    """D4MORL's grid of datasets: each quality (``"expert"``: ``policy`` as it is;
+    ``"amateur"``: with Gaussian action noise ``amateur_noise``) at each coverage
+    (:func:`preference_grid` ``(m, num_preferences, coverage)``, the lattice, or with
+    ``random_preferences`` Dirichlet draws), one :func:`collect` each.
+
+    Every dataset has its own key (``key`` split over the grid in the order of
+    ``qualities`` x ``coverages``), the same ``policy`` and horizon (one compilation), and
+    ``quality`` and ``coverage`` in its metadata, besides ``metadata`` (which may name
+    neither: the grid sets them).
+
+    Returns:
+      ``{(quality, coverage): OfflineDataset}``.
+    """
+    qualities, coverages = tuple(qualities), tuple(coverages)
+    for quality in qualities:
+        check_kind(quality, QUALITIES, "qualities entry")
+    for coverage in coverages:
+        check_kind(coverage, COVERAGES, "coverages entry")
+    if not qualities or not coverages:
+        raise ValueError("qualities and coverages must each name at least one")
+    if len(set(qualities)) < len(qualities) or len(set(coverages)) < len(coverages):
+        raise ValueError(f"qualities={qualities} and coverages={coverages} must not repeat")
+    amateur_noise = check_nonnegative(amateur_noise, "amateur_noise")
+    if "amateur" in qualities and amateur_noise == 0:
+        raise ValueError("amateur_noise must be > 0 for amateur data (0 would be expert data)")
+    given = dict(metadata or {})
+    clash = sorted({"quality", "coverage"} & set(given))
+    if clash:
+        raise ValueError(f"metadata must not set {clash}: the grid records them per dataset")
+    m = len(reward_names_of(env))
+    keys = jax.random.split(key, (len(qualities), len(coverages), 2))
+    datasets = {}
+    for i, quality in enumerate(qualities):
+        for j, coverage in enumerate(coverages):
+            draw_key, rollout_key = keys[i, j]
+            preferences = preference_grid(
+                m, num_preferences, coverage, key=draw_key if random_preferences else None
+            )
+            datasets[quality, coverage] = collect(
+                env, policy, preferences, key=rollout_key,
+                episodes_per_preference=episodes_per_preference, horizon=horizon,
+                action_noise=amateur_noise if quality == "amateur" else 0.0,
+                metadata={**given, "quality": quality, "coverage": coverage},
+            )  # fmt: skip
+    return datasets
 
 
 @functools.lru_cache(maxsize=16)

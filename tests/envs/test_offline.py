@@ -148,6 +148,59 @@ def test_collections_of_one_env_and_policy_compile_once():
         calm.preferences[:, None, :1] - 0.5, calm.actions.shape)[calm.mask == 1])  # fmt: skip
 
 
+def test_collect_d4morl_grid():
+    env = _StopAt()
+    grid = envs.collect_d4morl(
+        env, _policy, key=jax.random.key(2), num_preferences=5, episodes_per_preference=2,
+        horizon=HORIZON, amateur_noise=0.5, metadata={"env": "stop_at"},
+    )  # fmt: skip
+    assert set(grid) == {(q, c) for q in ("expert", "amateur") for c in ("wide", "narrow")}
+    for (quality, coverage), data in grid.items():
+        assert data.metadata["quality"] == quality and data.metadata["coverage"] == coverage
+        assert data.metadata["env"] == "stop_at"
+        assert data.metadata["action_noise"] == (0.5 if quality == "amateur" else 0.0)
+        np.testing.assert_array_equal(
+            np.unique(data.preferences, axis=0), envs.preference_grid(2, 5, coverage)
+        )
+        taken = data.actions[data.mask == 1]
+        scripted = np.broadcast_to(data.preferences[:, None, :1] - 0.5, data.actions.shape)
+        noise = np.abs(taken - scripted[data.mask == 1])
+        assert np.all(noise == 0) if quality == "expert" else np.mean(noise) > 0.2
+    assert len({tuple(d.metadata["key"]) for d in grid.values()}) == 4  # a key each
+    # the same policy, env and horizon: one compilation for the whole grid
+    from envs import offline
+
+    assert offline._rollouts(env, _policy, HORIZON)._cache_size() == 1
+    drawn = envs.collect_d4morl(
+        env, _policy, key=jax.random.key(2), num_preferences=3, episodes_per_preference=1,
+        horizon=HORIZON, amateur_noise=0.5, qualities=("expert",), random_preferences=True,
+    )  # fmt: skip
+    assert set(drawn) == {("expert", "wide"), ("expert", "narrow")}
+    narrow = drawn["expert", "narrow"].preferences[:, 0]
+    assert np.all((narrow >= 0.4) & (narrow <= 0.6))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"qualities": ("expert", "novice")}, r"qualities entry='novice' must be one of"),
+        ({"coverages": ("medium",)}, r"coverages entry='medium' must be one of"),
+        ({"coverages": ()}, "must each name at least one"),
+        ({"qualities": ("expert", "expert")}, "must not repeat"),
+        ({"amateur_noise": 0.0}, "amateur_noise must be > 0 for amateur data"),
+        ({"amateur_noise": -1.0}, r"amateur_noise=-1.0 must be >= 0"),
+        ({"metadata": {"quality": "expert"}}, r"metadata must not set \['quality'\]"),
+    ],
+)
+def test_collect_d4morl_checks_its_arguments(kwargs, message):
+    arguments = {
+        "key": jax.random.key(0), "num_preferences": 3, "episodes_per_preference": 1,
+        "horizon": HORIZON, "amateur_noise": 0.5,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        envs.collect_d4morl(_StopAt(), _policy, **(arguments | kwargs))
+
+
 def test_save_load_round_trip(dataset, tmp_path):
     path = envs.save(dataset, tmp_path / "data.npz")
     assert path == tmp_path / "data.npz"
