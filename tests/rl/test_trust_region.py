@@ -180,6 +180,24 @@ def test_cpo_direction_solves_the_linearised_problem_in_each_case(name):
     assert 0.5 * d @ H2 @ d <= delta * (1 + 1e-4)
     if expected:
         assert c + b @ d <= 1e-5
+    # the closed forms (Achiam et al. 2017): TRPO's step where the constraint does not
+    # matter, the recovery step along -H^-1 b, and in cases 1 and 2 the dual's
+    # x = (H^-1 g + nu H^-1 b) / lambda at the trust region's edge, on the constraint where
+    # nu > 0
+    x = np.asarray(step.x, np.float64)
+    q, s_ = g @ Hinv @ g, b @ Hinv @ b
+    if expected >= 3:
+        np.testing.assert_allclose(x, np.sqrt(2 * delta / q) * Hinv @ g, rtol=1e-5)
+        assert float(step.lagrange_cost) == 0.0
+    elif expected == 0:
+        np.testing.assert_allclose(x, np.sqrt(2 * delta / s_) * Hinv @ b, rtol=1e-5)
+    else:
+        lam, nu = float(step.lagrange_kl), float(step.lagrange_cost)
+        assert lam > 0 and nu >= 0
+        np.testing.assert_allclose(x, (Hinv @ g + nu * Hinv @ b) / lam, rtol=1e-4)
+        assert 0.5 * x @ H2 @ x == pytest.approx(delta, rel=1e-4)
+        if nu > 0:
+            assert c - b @ x == pytest.approx(0.0, abs=1e-5)
 
 
 def test_line_search_accepts_the_first_point_that_satisfies_every_rule():
