@@ -1,6 +1,6 @@
-"""The cost wrappers on Brax physics: the one Brax body of the fast suite (the hopper, on the
-backend that compiles fastest) and, marked slow, the ant goal task on the default backend.
-Each rollout is one jitted scan, so each body compiles once."""
+"""The cost wrappers on Brax physics: the Brax bodies of the fast suite (the hopper, and the ant
+under the limit cost, on the backend that compiles fastest) and, marked slow, the ant goal
+task on the default backend. Each rollout is one jitted scan, so each body compiles once."""
 
 import jax
 import jax.numpy as jnp
@@ -113,3 +113,28 @@ def test_a_brax_step_keeps_its_input_and_compiles_once(hopper):
         np.testing.assert_array_equal(np.asarray(state.metrics[name]), value, err_msg=name)
     step(moved, jnp.ones(env.action_size))
     assert step._cache_size() == 1
+
+
+def test_limit_cost_on_the_ant_body():
+    # the joint indices the LimitCostWrapper docstring gives for Brax's ant, q[7:] after the
+    # free joint's position and quaternion, are its hinges: one per action
+    ant = envs._brax.load_body("ant", backend=FAST_BACKEND)
+    hinges = tuple(range(7, 7 + ant.action_size))
+    env = envs.LimitCostWrapper(ant, (0.3, 0.6), joint_indices=hinges, joint_limit=0.4)
+
+    def extra(_, state):
+        return {
+            "cost": state.info["cost"],
+            "metric": state.metrics["cost"],
+            "height": state.pipeline_state.x.pos[:, 0, 2],
+            "q": state.pipeline_state.q,
+        }
+
+    _, trace = _rollout(env, jax.random.key(7), extra)
+    assert trace["q"].shape[-1] == 7 + ant.action_size == 15
+    outside = (trace["height"] < 0.3) | (trace["height"] > 0.6)
+    excess = np.maximum(np.abs(trace["q"][..., 7:]) - 0.4, 0.0).sum(-1)
+    np.testing.assert_allclose(trace["cost"], outside + excess, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(trace["metric"], trace["cost"])
+    assert np.count_nonzero(excess) > 0
+    assert 0 < np.count_nonzero(outside) < outside.size  # the torso rises above 0.6
