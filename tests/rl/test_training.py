@@ -1,4 +1,5 @@
-"""Training on the tiny point task: ASCPO brings the max cost under the limit; checkpoints
+"""Training on the tiny point task: ASCPO brings the max cost under the limit; SCPO, CPO and
+ASCPO's PPO-clip variant train; checkpoints
 resume to the uninterrupted result; evaluation; bad input."""
 
 import dataclasses
@@ -168,6 +169,31 @@ def test_ppo_lagrangian_runs_and_raises_its_multiplier_when_violating(env, optim
                                atol=1e-6)  # fmt: skip
     # with a zero limit, once episodes touch the hazards the multiplier rises
     assert (excess > 0).any() and lagrange[-1] > config.lagrange_init
+
+
+@pytest.mark.parametrize("algorithm", ["scpo", "cpo", "ppo_ascpo"])
+def test_the_other_algorithms_train(env, algorithm):
+    # the benchmark's other methods (ASCPO and PPO-Lagrangian are tested above): a short
+    # run whose every metric is finite, whose accepted trust-region steps moved the policy
+    # within the KL radius, and whose parameters stay finite
+    common = {"cost_limit": LIMIT, "num_envs": 8, "episode_length": 50, "unroll_length": 50,
+              "iterations": 6}  # fmt: skip
+    if algorithm == "ppo_ascpo":
+        config = PPOLagrangianConfig(variant=algorithm, epochs=2, minibatches=4, **common)
+        result = jax.jit(make_ppo_train(config, env))(jax.random.key(0))
+    else:
+        config = TrustRegionConfig(algorithm=algorithm, max_kl=0.05, **common)
+        result = jax.jit(make_train(config, env))(jax.random.key(0))
+    metrics = {name: np.asarray(value) for name, value in result.metrics.items()}
+    for name, value in metrics.items():
+        assert value.shape == (6,) and np.all(np.isfinite(value)), name
+    assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(result.params))
+    assert (metrics["episodes"] > 0).all()
+    if algorithm != "ppo_ascpo":
+        accepted = metrics["accepted"].astype(bool)
+        assert accepted.any()
+        kl = metrics["kl"][accepted]
+        assert (kl > 0).all() and (kl <= 0.05 * (1 + 1e-5)).all()
 
 
 def test_the_multiplier_reference_follows_adam_and_plain_steps():
