@@ -1,6 +1,6 @@
 """Training on the tiny point task: ASCPO brings the max cost under the limit; SCPO, CPO and
-ASCPO's PPO-clip variant train; checkpoints
-resume to the uninterrupted result; evaluation; bad input."""
+ASCPO's PPO-clip variant train; checkpoints resume to the uninterrupted result; evaluation;
+bad input."""
 
 import dataclasses
 
