@@ -381,17 +381,20 @@ def make_fit(config: DiceConfig, action_size: int, *, weighted: bool = True):
     ``config.behaviour_conditioned``, as BC(P)) and nothing else is trained. ``fit`` is pure,
     so it ``vmap``s over problems and keys.
 
-    The ratio (ours: OptiDICE's and FairDICE's losses put the sampled residual in ``w*``)
-    is ``w*(e_phi(s, a) / alpha)`` with ``e_phi`` an estimate of
+    The ratio is ``w*(e_phi(s, a) / alpha)`` with ``e_phi`` an estimate of
     ``E[e | s, a] = mu^T E[r | s, a] / sigma + E[gamma_t nu(s') | s, a] - nu(s)``: a
     residual model (a ``ValueNetwork`` with ``k + 1`` outputs) regresses (least squares) the
-    reward vector over its standard deviation and the bootstrap
-    ``gamma_t nu(s')`` on ``(s, a)``, and ``mu`` and ``nu(s)`` enter as they are. Plugging the
-    sampled residual into ``w*`` instead is biased under stochastic
-    transitions: on the balance task's data it ranked actions by their lucky outcomes and
-    learned a policy worse than the data's; ``w*(E[e | s, a])`` recovers the optimum there
-    (``tests/rl/test_aetdice.py``). The reward part does not depend on ``mu``, so a moving
-    ``mu`` does not leave the estimate behind, as a regression of the whole residual did.
+    reward vector over its standard deviation and the bootstrap ``gamma_t nu(s')`` on
+    ``(s, a)``, and ``mu`` and ``nu(s)`` enter as they are. OptiDICE's reference code fits
+    such a model (one output, the whole residual) for its policy's weights, but its ``nu``
+    loss puts the sampled residual in ``w*``; here (ours) the dual's gradient in ``nu`` and
+    ``mu`` takes ``w*`` at ``e_phi`` too (:func:`dual_loss`'s ``expected``), and the model's
+    outputs keep the rewards apart from ``mu``. The sampled residual in ``w*`` is biased under
+    stochastic transitions: on the balance task's data it ranked actions by their lucky
+    outcomes and learned a policy worse than the data's; ``w*(E[e | s, a])`` recovers the
+    optimum there (``tests/rl/test_aetdice.py``). The reward part does not depend on ``mu``,
+    so a moving ``mu`` does not leave the estimate behind, as a regression of the whole
+    residual did.
 
     The critic's learning rates (``nu``, ``mu``, ``e_phi``) decay to ``final_lr_fraction`` of
     theirs, the policy's stays constant. With small ``alpha`` the ratios are steep in ``mu``,
