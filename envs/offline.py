@@ -21,7 +21,7 @@ import functools
 import itertools
 import json
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -37,6 +37,7 @@ Policy = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 """``policy(preference (m,), observation (obs,), key) -> action (act,)``, jit-traceable."""
 
 COVERAGES = ("wide", "narrow")
+QUALITIES = ("expert", "amateur")  # D4MORL's: the behaviour policy as it is, and perturbed
 # A narrow preference set is the wide one shrunk towards the uniform preference by this
 # factor: for two objectives, the first weight spans [0.4, 0.6] instead of [0, 1].
 NARROW_SHRINK = 0.2
@@ -267,9 +268,6 @@ def collect(
     )
 
 
-QUALITIES = ("expert", "amateur")
-
-
 def collect_d4morl(
     env: Env,
     policy: Policy,
@@ -279,45 +277,60 @@ def collect_d4morl(
     episodes_per_preference: int,
     horizon: int,
     amateur_noise: float,
-    qualities=QUALITIES,
-    coverages=COVERAGES,
+    qualities: Sequence[str] = QUALITIES,
+    coverages: Sequence[str] = COVERAGES,
     random_preferences: bool = False,
     metadata: dict | None = None,
 ) -> dict[tuple[str, str], OfflineDataset]:
-    """D4MORL's grid of datasets: each quality (``"expert"``: ``policy`` as it is;
-    ``"amateur"``: with Gaussian action noise ``amateur_noise``) at each coverage
-    (:func:`preference_grid` ``(m, num_preferences, coverage)``, the lattice, or with
-    ``random_preferences`` Dirichlet draws), one :func:`collect` each.
+    """D4MORL's grid of datasets: each quality at each coverage, one :func:`collect` each.
 
     Every dataset has its own key (``key`` split over the grid in the order of
     ``qualities`` x ``coverages``), the same ``policy`` and horizon (one compilation), and
-    ``quality`` and ``coverage`` in its metadata, besides ``metadata`` (which may name
-    neither: the grid sets them).
+    its ``quality`` and ``coverage`` in its metadata.
+
+    Args:
+      env, policy, episodes_per_preference, horizon: as :func:`collect`'s.
+      key: a JAX PRNG key.
+      num_preferences: :func:`preference_grid`'s ``num`` (lattice points per edge, or
+        draws with ``random_preferences``).
+      amateur_noise: the Gaussian action noise of ``"amateur"`` data, > 0 when
+        ``qualities`` asks for it (``"expert"`` data is the policy as it is).
+      qualities: a sequence of ``"expert"`` and ``"amateur"``.
+      coverages: a sequence of ``"wide"`` and ``"narrow"`` (:func:`preference_grid`).
+      random_preferences: Dirichlet draws instead of the simplex lattice (a key each).
+      metadata: descriptions shared by every dataset (see :func:`collect`); the grid sets
+        ``quality``, ``coverage``, ``action_noise`` and ``key``, so it may name none of them.
 
     Returns:
       ``{(quality, coverage): OfflineDataset}``.
     """
-    qualities, coverages = tuple(qualities), tuple(coverages)
-    for quality in qualities:
-        check_kind(quality, QUALITIES, "qualities entry")
-    for coverage in coverages:
-        check_kind(coverage, COVERAGES, "coverages entry")
-    if not qualities or not coverages:
-        raise ValueError("qualities and coverages must each name at least one")
-    if len(set(qualities)) < len(qualities) or len(set(coverages)) < len(coverages):
-        raise ValueError(f"qualities={qualities} and coverages={coverages} must not repeat")
+    grid = {}
+    for name, values, valid in (
+        ("qualities", qualities, QUALITIES),
+        ("coverages", coverages, COVERAGES),
+    ):
+        if isinstance(values, str):
+            raise ValueError(f"{name}={values!r} must be a sequence of names, e.g. ({values!r},)")
+        values = tuple(values)
+        if not values:
+            raise ValueError(f"{name} must name at least one of {list(valid)}")
+        for value in values:
+            check_kind(value, valid, f"{name} entry")
+        if len(set(values)) < len(values):
+            raise ValueError(f"{name}={values} names one more than once")
+        grid[name] = values
     amateur_noise = check_nonnegative(amateur_noise, "amateur_noise")
-    if "amateur" in qualities and amateur_noise == 0:
+    if "amateur" in grid["qualities"] and amateur_noise == 0:
         raise ValueError("amateur_noise must be > 0 for amateur data (0 would be expert data)")
     given = dict(metadata or {})
-    clash = sorted({"quality", "coverage"} & set(given))
+    clash = sorted({"quality", "coverage", "action_noise", "key"} & set(given))
     if clash:
         raise ValueError(f"metadata must not set {clash}: the grid records them per dataset")
     m = len(reward_names_of(env))
-    keys = jax.random.split(key, (len(qualities), len(coverages), 2))
+    keys = jax.random.split(key, (len(grid["qualities"]), len(grid["coverages"]), 2))
     datasets = {}
-    for i, quality in enumerate(qualities):
-        for j, coverage in enumerate(coverages):
+    for i, quality in enumerate(grid["qualities"]):
+        for j, coverage in enumerate(grid["coverages"]):
             draw_key, rollout_key = keys[i, j]
             preferences = preference_grid(
                 m, num_preferences, coverage, key=draw_key if random_preferences else None

@@ -176,8 +176,12 @@ def test_collect_d4morl_grid():
         horizon=HORIZON, amateur_noise=0.5, qualities=("expert",), random_preferences=True,
     )  # fmt: skip
     assert set(drawn) == {("expert", "wide"), ("expert", "narrow")}
-    narrow = drawn["expert", "narrow"].preferences[:, 0]
+    wide, narrow = (drawn["expert", c].preferences[:, 0] for c in ("wide", "narrow"))
     assert np.all((narrow >= 0.4) & (narrow <= 0.6))
+    # Dirichlet draws, not the lattice, and a draw each: the narrow set is not the wide one
+    # shrunk
+    assert not np.allclose(np.sort(narrow), envs.preference_grid(2, 3, "narrow")[:, 0])
+    assert not np.allclose(narrow, 0.5 + 0.2 * (wide - 0.5))
 
 
 @pytest.mark.parametrize(
@@ -185,11 +189,13 @@ def test_collect_d4morl_grid():
     [
         ({"qualities": ("expert", "novice")}, r"qualities entry='novice' must be one of"),
         ({"coverages": ("medium",)}, r"coverages entry='medium' must be one of"),
-        ({"coverages": ()}, "must each name at least one"),
-        ({"qualities": ("expert", "expert")}, "must not repeat"),
+        ({"coverages": ()}, r"coverages must name at least one of \['wide', 'narrow'\]"),
+        ({"qualities": ("expert", "expert")}, r"qualities=\('expert', 'expert'\) names one"),
+        ({"qualities": "expert"}, r"qualities='expert' must be a sequence of names"),
         ({"amateur_noise": 0.0}, "amateur_noise must be > 0 for amateur data"),
         ({"amateur_noise": -1.0}, r"amateur_noise=-1.0 must be >= 0"),
         ({"metadata": {"quality": "expert"}}, r"metadata must not set \['quality'\]"),
+        ({"metadata": {"action_noise": 0.0}}, r"metadata must not set \['action_noise'\]"),
     ],
 )
 def test_collect_d4morl_checks_its_arguments(kwargs, message):
