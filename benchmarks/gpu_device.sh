@@ -8,7 +8,8 @@
 #    against the reference and XLA, and solve_lp_batch's matrix products (at most 150 s);
 # 2. benchmarks.gpu_pwl: the branch-and-bound on the GPU against HiGHS on the host's
 #    cores, mid and large PWL instances in turn, in the time left before 570 s
-#    (GPU_DEVICE_SECONDS), 90 s of it kept for the last instance and HiGHS's last solves.
+#    (GPU_DEVICE_SECONDS), 120 s of it kept for its start, last instance and HiGHS's last
+#    solves.
 #
 # HiGHS needs highspy, which a GPU image may lack: wheels in .whl/ (ignored by .gitignore,
 # carried to the machine) are installed first. Fill it here with
@@ -35,9 +36,9 @@ timeout 60 python3 -c "import jax; print(jax.__version__, jax.devices())" 2>&1 \
 timeout 150 python3 -m benchmarks.gpu_pallas --out "$out" --repeats 10 > "$out/gpu_pallas.log" 2>&1
 echo "gpu_pallas exit $? at ${SECONDS} s" | tee -a "$out/devices.log"
 left=$((deadline - SECONDS))
-# the GPU part's budget leaves time for its last instance (warm-up, compilation, 20 s)
-# and HiGHS's last results
-budget=$((left - 90))
+# the GPU part's budget leaves time for gpu_pwl's start (python, jax, the GPU backend),
+# its last instance (warm-up, compilation, 20 s) and HiGHS's last results
+budget=$((left - 120))
 if [ "$budget" -gt 30 ]; then
   timeout "$left" python3 -m benchmarks.gpu_pwl --out "$out" --budget "$budget" \
     ${sha:+--sha "$sha"} > "$out/gpu_pwl.log" 2>&1

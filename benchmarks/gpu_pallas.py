@@ -169,7 +169,8 @@ def main(argv=None) -> int:
     repeats = 2 if args.interpret else args.repeats
     results = {
         "command": "PYTHONPATH=. python3 -m benchmarks.gpu_pallas --out DIR"
-        + (" --interpret" if args.interpret else ""),
+        + (" --interpret" if args.interpret else f" --repeats {args.repeats}"),
+        "repeats": repeats,
         "jax": jax.__version__,
         "devices": [str(d) for d in jax.devices()],
         "device_kind": jax.devices()[0].device_kind,

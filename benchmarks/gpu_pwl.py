@@ -78,13 +78,17 @@ def _highs_job(name: str, time_limit: float) -> dict:
     return suite._highs(model, time_limit)
 
 
+# statuses that deny the optimum HiGHS proved
+DENIALS = ("INFEASIBLE", "UNBOUNDED", "INFEASIBLE_OR_UNBOUNDED")
+
+
 def _contradicts(row: dict) -> bool:
     """Whether ours claimed another answer than the optimum HiGHS proved: another optimum
-    beyond the objective tolerance, or infeasibility."""
+    beyond the objective tolerance, infeasibility or unboundedness."""
     ours, highs = row["ours"], row["highs"]
     if highs["status"] != "optimal":
         return False
-    return ours["status"] == "INFEASIBLE" or (
+    return ours["status"] in DENIALS or (
         ours["status"] == "OPTIMAL" and _difference(row) > OBJECTIVE_TOLERANCE
     )
 

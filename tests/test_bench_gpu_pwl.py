@@ -48,12 +48,13 @@ def test_a_fast_wrong_answer_is_charged_the_limit():
         # a wrong optimum and a wrong infeasibility claim, both fast
         "a": _row("mid", 0.5, 4.0, ours_obj=1.01),
         "b": _row("mid", 0.5, 4.0, ours="INFEASIBLE", ours_obj=math.nan),
+        "c": _row("mid", 0.5, 4.0, ours="UNBOUNDED", ours_obj=-math.inf),
         # HiGHS proved nothing: ours is not judged by it
-        "c": _row("mid", 0.5, 20.0, ours_obj=1.01, highs="time_limit"),
+        "d": _row("mid", 0.5, 20.0, ours_obj=1.01, highs="time_limit"),
     }
     mid = gpu_pwl.summarize(rows, time_limit=20.0)["mid"]
-    assert mid["contradictions"] == 2
-    assert mid["time_ratio_geomean"] == pytest.approx((5.0 * 5.0 * 0.025) ** (1 / 3))
+    assert mid["contradictions"] == 3
+    assert mid["time_ratio_geomean"] == pytest.approx((5.0**3 * 0.025) ** (1 / 4))
     assert mid["ours_faster"] == 1
 
 
@@ -83,7 +84,7 @@ def test_refuses_cpu_without_check(tmp_path, monkeypatch):
 def test_cpu_check_run(tmp_path, monkeypatch):
     pytest.importorskip("highspy")
     monkeypatch.setattr(gpu_pwl.jax, "default_backend", lambda: "cpu")
-    saved_cuda = os.environ.get("CUDA_VISIBLE_DEVICES")
+    saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS")}
     assert gpu_pwl.main(["--out", str(tmp_path), "--cpu-check", "--highs-workers", "1"]) == 0
     result = json.loads((tmp_path / "gpu_pwl.json").read_text())
     (name,) = result["instances"]
@@ -96,4 +97,4 @@ def test_cpu_check_run(tmp_path, monkeypatch):
     assert result["skipped"] == []
     assert result["summary"]["mid"]["instances"] == 1
     # the GPU-less environment of HiGHS's processes does not leak into the caller's
-    assert os.environ.get("CUDA_VISIBLE_DEVICES") == saved_cuda
+    assert {k: os.environ.get(k) for k in saved} == saved

@@ -137,4 +137,5 @@ def test_limit_cost_on_the_ant_body():
     np.testing.assert_allclose(trace["cost"], outside + excess, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(trace["metric"], trace["cost"])
     assert np.count_nonzero(excess) > 0
-    assert 0 < np.count_nonzero(outside) < outside.size  # the torso rises above 0.6
+    # the torso starts at 0.75 (ant.xml), above the range, and falls into it
+    assert 0 < np.count_nonzero(outside) < outside.size
