@@ -26,6 +26,30 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|")
 
 
+def _morl_fronts(results: dict) -> list[str]:
+    """The ``morl`` suite's hypervolume and sparsity per task, objective and method (its
+    results hold them; the summary rows carry the utilities)."""
+    methods = ("aetdice", "optidice", "serdice", "bc")
+    lines = [
+        "| task | objective | " + " | ".join(f"{m} HV / sparsity" for m in methods) + " |",
+        "|---|---|" + "---|" * len(methods),
+    ]
+    for task, cell in results.items():
+        for label, entry in cell.get("objectives", {}).items():
+            values = [
+                f"{_number(entry[m]['hypervolume'])} / {_number(entry[m]['sparsity'])}"
+                if m in entry
+                else "-"
+                for m in methods
+            ]
+            lines.append(f"| {_cell(task)} | {_cell(label)} | " + " | ".join(values) + " |")
+    return lines + [""]
+
+
+# tables a suite's results hold beyond its targets and summary rows
+EXTRA_TABLES = {"morl": _morl_fronts}
+
+
 def render(results_dir: Path, relative_to: Path | None = None) -> str:
     """Markdown tables of every suite's targets and method-vs-anchor figures, and its plot
     (linked relative to ``relative_to``, the README's directory)."""
@@ -69,6 +93,8 @@ def render(results_dir: Path, relative_to: Path | None = None) -> str:
                 f"{_number(row['anchor_value'])} | {_number(row['ratio'])} |"
             )
         lines.append("")
+        if payload["suite"] in EXTRA_TABLES and isinstance(payload.get("results"), dict):
+            lines.extend(EXTRA_TABLES[payload["suite"]](payload["results"]))
     return "\n".join(lines).rstrip() + "\n"
 
 

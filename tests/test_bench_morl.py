@@ -193,3 +193,25 @@ def test_the_anchor_probe_refuses_negative_replicates(tmp_path):
     with pytest.raises(ValueError, match=r"--replicates must be >= 0, got \[0, -1\]"):
         morl_anchor_probe.main(["--replicates", "0,-1", "--out", str(out)])
     assert not out.exists()
+
+
+def test_report_renders_the_fronts_of_each_method(tmp_path):
+    import json
+
+    from benchmarks import report
+
+    entry = {
+        "aetdice": {"hypervolume": 0.5, "sparsity": 0.01},
+        "optidice": {"hypervolume": 0.25, "sparsity": 0.125},
+        "bc": {"hypervolume": 0.75, "sparsity": 0.0625},
+    }
+    payload = {
+        "suite": "morl", "command": "jaxopt-suite bench morl", "targets": [], "summary": [],
+        "environment": {"device": "cpu", "cpu_count": 2, "jax": "0", "git_sha": None},
+        "results": {"mo_balance": {"objectives": {"nash/ser": entry}, "spread": 1.0}},
+    }  # fmt: skip
+    (tmp_path / "morl.json").write_text(json.dumps(payload))
+    text = report.render(tmp_path)
+    assert "| task | objective | aetdice HV / sparsity | optidice HV / sparsity |" in text
+    # SER-DICE has no entry here: a dash, the others in the header's order
+    assert "| mo_balance | nash/ser | 0.5 / 0.01 | 0.25 / 0.125 | - | 0.75 / 0.0625 |" in text
