@@ -63,8 +63,11 @@ every SER cell, which the anchor does not touch, came out equal to the last digi
 every ESR cell of the balance task (the worst gap to the optimum from 3.6% to 1.2%); on the
 Brax tasks its ESR cells moved within their standard errors (halfcheetah Tchebycheff ESR
 +0.008, hopper Nash ESR -0.004 at an SE of 0.025). Halfcheetah Nash ESR still trails the best
-baseline by 0.013; on held-out replicates (``benchmarks.morl_policy_probe``) AETDICE trails
-SER-DICE there at every key, so the shortfall is systematic rather than a draw.
+baseline by 0.013 (by 0.015 in the run at cdc44da, on an Intel CPU where 2d87c21's ran on an
+AMD one: its Brax datasets and scores differ, as chaotic training's do with the float
+rounding; the code changed between the two runs as well); on held-out replicates
+(``benchmarks.morl_policy_probe``) AETDICE trails SER-DICE there at every key, so the
+shortfall is systematic rather than a draw.
 
 Targets (same run): for every nonlinear utility and both criteria, AETDICE's score >= the best
 baseline's on the balance task (and within 5% of the optimum at every preference) and on both
