@@ -35,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
 
+from benchmarks.harness import write_json_atomic
 from jaxopt_suite.lp import LPOptions, instances, solve_lp_batch
 from pallas_kernels import BlockELL, BlockSizes, bsr_spmm, bsr_spmm_reference
 
@@ -149,12 +150,6 @@ def _batched_lp(B, repeats):
     return out
 
 
-def _write(path: Path, results: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1, default=str))
-    tmp.replace(path)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -184,11 +179,11 @@ def main(argv=None) -> int:
     for B in (64,) if args.interpret else (64, 256):
         results["batched_lp"].append(_batched_lp(B, repeats=min(repeats, 5)))
         print(json.dumps(results["batched_lp"][-1]), flush=True)
-        _write(path, results)
+        write_json_atomic(path, results)
     for case in cases:
         results["spmm"].append(_spmm_case(*case, lowerings, repeats))
         print(json.dumps(results["spmm"][-1], default=str)[:400], flush=True)
-        _write(path, results)
+        write_json_atomic(path, results)
     print(f"wrote {path}")
     return 0
 

@@ -42,11 +42,10 @@ from pathlib import Path
 import jax
 
 from benchmarks import pwl as suite
-from benchmarks.harness import cpu_description
+from benchmarks.harness import cpu_description, write_json_atomic
 from jaxopt_suite.pwl import instances
 
 CLASSES = ("mid", "large")
-OBJECTIVE_TOLERANCE = 1e-4  # relative, as the pwl suite's target
 
 
 def _specs(cpu_check: bool) -> list[instances.InstanceSpec]:
@@ -89,7 +88,7 @@ def _contradicts(row: dict) -> bool:
     if highs["status"] != "optimal":
         return False
     return ours["status"] in DENIALS or (
-        ours["status"] == "OPTIMAL" and _difference(row) > OBJECTIVE_TOLERANCE
+        ours["status"] == "OPTIMAL" and suite.relative_difference(row) > suite.OBJECTIVE_TOLERANCE
     )
 
 
@@ -99,11 +98,6 @@ def _charged(row: dict, time_limit: float) -> float:
     if _contradicts(row):
         return time_limit
     return min(row["ours"]["seconds"], time_limit)
-
-
-def _difference(row: dict) -> float:
-    ours, highs = row["ours"]["objective"], row["highs"]["objective"]
-    return abs(ours - highs) / max(abs(highs), 1e-9)
 
 
 def summarize(rows: dict, time_limit: float) -> dict:
@@ -126,7 +120,7 @@ def summarize(rows: dict, time_limit: float) -> dict:
             for r in done.values()
             if r["ours"]["status"] == "OPTIMAL" and r["highs"]["status"] == "optimal"
         ]
-        diffs = [_difference(r) for r in both]
+        diffs = [suite.relative_difference(r) for r in both]
         ratio = suite._geomean([ours[n] / highs[n] for n in done])
         out[cls] = {
             "instances": len(done),
@@ -140,12 +134,6 @@ def summarize(rows: dict, time_limit: float) -> dict:
             "max_objective_difference": max(diffs) if diffs else math.nan,
         }
     return out
-
-
-def _write(path: Path, results: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1, default=str))
-    tmp.replace(path)
 
 
 def _collect(pending: dict, rows: dict, *, wait: bool) -> None:
@@ -205,7 +193,7 @@ def main(argv=None) -> int:
 
     def write():
         results["summary"] = summarize(rows, time_limit)
-        _write(path, results)
+        write_json_atomic(path, results)
 
     # HiGHS's processes inherit this: they build models and call HiGHS only, and must not
     # claim the GPU (jax reserves most of its memory in every process that starts on it);

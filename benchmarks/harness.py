@@ -280,6 +280,14 @@ def write_result(result: SuiteResult, out_dir: Path, measured_sha: str | None = 
     return path
 
 
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """``payload`` as JSON at ``path`` through a temporary file, so a process killed while
+    writing leaves the last complete file (the GPU scripts rewrite theirs after each case)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    tmp.replace(path)
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()

@@ -221,29 +221,35 @@ def test_energy_efficiency_is_bounded():
     np.testing.assert_allclose(envs.energy_efficiency(actions), [1.0, 0.0, 0.375, 0.75])
 
 
-@pytest.fixture(scope="module")
-def hopper():
-    env = envs.make_multi_objective("mo_hopper", backend="spring")
-    steps, num_envs = 15, 3
+def _rollout(env, steps, num_envs, extra):
+    """Random actions in [-1.5, 1.5] for ``steps`` steps in one jitted scan: the first state
+    and, per step, the reward vector, metrics, reward, action and ``extra(state, new)``."""
 
     def run(key):
         reset_key, action_key = jax.random.split(key)
         state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
 
         def body(state, key):
-            action = jax.random.uniform(key, (num_envs, 3), minval=-1.5, maxval=1.5)
-            state = jax.vmap(env.step)(state, action)
-            return state, {
-                "vector": state.info["reward_vector"],
-                "metrics": state.metrics,
-                "reward": state.reward,
-                "rise": state.pipeline_state.q[:, 1],
+            shape = (num_envs, env.action_size)
+            action = jax.random.uniform(key, shape, minval=-1.5, maxval=1.5)
+            new = jax.vmap(env.step)(state, action)
+            return new, {
+                "vector": new.info["reward_vector"],
+                "metrics": new.metrics,
+                "reward": new.reward,
                 "action": action,
+                **extra(state, new),
             }
 
         return state, jax.lax.scan(body, state, jax.random.split(action_key, steps))[1]
 
-    first, trace = jax.tree.map(np.asarray, jax.jit(run)(jax.random.key(5)))
+    return jax.tree.map(np.asarray, jax.jit(run)(jax.random.key(5)))
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    env = envs.make_multi_objective("mo_hopper", backend="spring")
+    first, trace = _rollout(env, 15, 3, lambda _, new: {"rise": new.pipeline_state.q[:, 1]})
     return env, first, trace
 
 
@@ -278,26 +284,13 @@ def test_brax_halfcheetah_and_ant_objectives(name, names):
     env = envs.make_multi_objective(name, backend="spring")
     steps, num_envs = 10, 2
 
-    def run(key):
-        reset_key, action_key = jax.random.split(key)
-        state = jax.vmap(env.reset)(jax.random.split(reset_key, num_envs))
+    def torso(state, new):
+        return {
+            "before": state.pipeline_state.x.pos[:, 0, :2],
+            "after": new.pipeline_state.x.pos[:, 0, :2],
+        }
 
-        def body(state, key):
-            shape = (num_envs, env.action_size)
-            action = jax.random.uniform(key, shape, minval=-1.5, maxval=1.5)
-            new = jax.vmap(env.step)(state, action)
-            return new, {
-                "vector": new.info["reward_vector"],
-                "metrics": new.metrics,
-                "reward": new.reward,
-                "before": state.pipeline_state.x.pos[:, 0, :2],
-                "after": new.pipeline_state.x.pos[:, 0, :2],
-                "action": action,
-            }
-
-        return jax.lax.scan(body, state, jax.random.split(action_key, steps))[1]
-
-    trace = jax.tree.map(np.asarray, jax.jit(run)(jax.random.key(5)))
+    _, trace = _rollout(env, steps, num_envs, torso)
     assert env.reward_names == names and env.reward_size == len(names)
     vector, metrics = trace["vector"], trace["metrics"]
     assert vector.shape == (steps, num_envs, len(names)) and np.all(np.isfinite(vector))

@@ -121,13 +121,15 @@ def _balance_population(objective, behaviour=0.5):
     return rows, data, problem, jnp.asarray(steps), occupancy, len(states)
 
 
+def _tabular_nu(params, features):
+    """``nu`` as a table over the one-hot states."""
+    return features @ params
+
+
 def _solve_dual(config, data, problem, steps, num_states, with_mass=False):
     """Minimises the dual over a tabular ``nu``, ``mu`` and, ``with_mass``, the mass bound's
     multiplier ``lambda >= 0``; returns the minimum and every distinct transition's residual
     (shifted by ``lambda``: the ratios' argument)."""
-
-    def nu_apply(params, features):
-        return features @ params
 
     starts = jnp.zeros((1,), jnp.int32)
     dual_size = problem.outer.dual_size
@@ -141,7 +143,7 @@ def _solve_dual(config, data, problem, steps, num_states, with_mass=False):
         def loss(flat):
             nu, dual, mass = unpack(flat)
             return dice.dual_loss(
-                config, nu_apply, nu, dual, data, problem, steps, starts, mass=mass
+                config, _tabular_nu, nu, dual, data, problem, steps, starts, mass=mass
             )[0]
 
         return jax.value_and_grad(loss)(flat)
@@ -157,10 +159,12 @@ def _solve_dual(config, data, problem, steps, num_states, with_mass=False):
         options={"maxiter": 5000, "gtol": 1e-10, "ftol": 1e-15},
     )  # fmt: skip
     nu, dual, mass = unpack(jnp.asarray(result.x, jnp.float32))
-    value, _ = dice.dual_loss(config, nu_apply, nu, dual, data, problem, steps, starts, mass=mass)
+    value, _ = dice.dual_loss(
+        config, _tabular_nu, nu, dual, data, problem, steps, starts, mass=mass
+    )
     # the residuals of every distinct transition (in the order of the rows)
     _, e = dice.dual_loss(
-        config, nu_apply, nu, dual, data, problem, jnp.arange(data.features.shape[0]), starts,
+        config, _tabular_nu, nu, dual, data, problem, jnp.arange(data.features.shape[0]), starts,
         mass=mass,
     )  # fmt: skip
     return float(value), np.asarray(e, np.float64)
@@ -236,13 +240,10 @@ def test_expected_residual_form_has_the_dual_gradient(divergence, with_mass):
     dual = problem.initial_dual + 0.2 * jax.random.normal(k2, problem.initial_dual.shape)
     mass = jnp.asarray(0.1) if with_mass else None
 
-    def nu_apply(params, features):
-        return features @ params
-
     def loss(args, expected):
         nu, dual, mass = args
         return dice.dual_loss(
-            config, nu_apply, nu, dual, data, problem, steps, starts, expected=expected,
+            config, _tabular_nu, nu, dual, data, problem, steps, starts, expected=expected,
             mass=mass,
         )  # fmt: skip
 
