@@ -161,7 +161,8 @@ class BoostingModel(NamedTuple):
 
 class BoostingResult(NamedTuple):
     """``train_loss[r]``: mean loss after round ``r`` (with the ``l2`` term for the
-    coordinate learner); ``eval_loss`` the same on ``eval_set`` (NaN without one);
+    coordinate learner, ``l2 |W|^2 / (2 n)`` over the ``n`` training rows); ``eval_loss`` the
+    mean loss on ``eval_set``, without the ``l2`` term (NaN without an eval set);
     ``delta``, ``t_star``, ``alpha``, ``step``: the step rule's trace per round."""
 
     model: BoostingModel
@@ -269,11 +270,10 @@ def _fit_coordinates(X, y, eval_X, eval_y, hyper, *, loss, rounds, rule, selecti
     l2 = hyper["l2"]
     W0 = jnp.zeros((d + 1, K), X.dtype).at[d].set(loss.base_score(y))
 
-    def objective(W, A, labels):
-        return (
-            jnp.mean(loss.value(labels, A @ W))
-            + 0.5 * l2 * jnp.sum(penalised * W * W) / (A.shape[0])
-        )
+    def objective(W):
+        """The training objective: mean loss plus the l2 term over the training rows."""
+        penalty = 0.5 * l2 * jnp.sum(penalised * W * W) / n
+        return jnp.mean(loss.value(y, Xa @ W)) + penalty
 
     def round_(carry, r):
         W, failed, last_loss = carry
@@ -300,12 +300,11 @@ def _fit_coordinates(X, y, eval_X, eval_y, hyper, *, loss, rounds, rule, selecti
         scale, t_star, delta, alpha = step_rules.step_size(
             rule, hyper["eta"], grad_dot, curvature, hyper["aicn_L"]
         )
-        W, failed, last_loss = _round_update(
-            W, scale * dW, failed, lambda W: objective(W, Xa, y), last_loss
-        )
+        W, failed, last_loss = _round_update(W, scale * dW, failed, objective, last_loss)
         trace = (
             last_loss,
-            objective(W, Ea, eval_y) if eval_y.shape[0] else jnp.nan,
+            # the held-out mean loss alone: a property of the model, not of the eval set's size
+            jnp.mean(loss.value(eval_y, Ea @ W)) if eval_y.shape[0] else jnp.nan,
             delta,
             t_star,
             alpha,
@@ -313,7 +312,7 @@ def _fit_coordinates(X, y, eval_X, eval_y, hyper, *, loss, rounds, rule, selecti
         )
         return (W, failed, last_loss), trace
 
-    start = (W0, jnp.zeros((), bool), objective(W0, Xa, y))
+    start = (W0, jnp.zeros((), bool), objective(W0))
     (W, failed, _), trace = jax.lax.scan(round_, start, jnp.arange(rounds))
     return W, trace, failed
 

@@ -188,6 +188,27 @@ def test_newton_cd_reaches_the_lbfgs_optimum_of_logistic_regression(key):
     np.testing.assert_allclose(w, ref.x, atol=2e-2)
 
 
+def test_coordinate_eval_loss_is_the_held_out_mean_loss(key):
+    # It added the l2 term divided by the eval set's size: with l2 = 50 and 100 eval rows it
+    # read 0.87 where the held-out log-loss was 0.49, and a tiled eval set changed it, so
+    # early stopping favoured small weights. The training loss keeps its l2 term over n.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 5))
+    y = (X @ np.array([2.0, -1.0, 0.5, 0.0, 0.0]) + rng.logistic(size=1000) > 0).astype(int)
+    config = BoostingConfig(rounds=30, learner="coordinate", step="newton_cd", l2=50.0)
+    result = fit_boosting(X[:900], y[:900], config, key, eval_set=(X[900:], y[900:]))
+    logistic = get_loss("logistic")
+    held_out = logistic.value(jnp.asarray(y[900:], jnp.float32), predict_raw(result.model, X[900:]))
+    np.testing.assert_allclose(result.eval_loss[-1], jnp.mean(held_out), rtol=1e-6)
+    tiled = (np.tile(X[900:], (5, 1)), np.tile(y[900:], 5))
+    again = fit_boosting(X[:900], y[:900], config, key, eval_set=tiled)
+    np.testing.assert_allclose(again.eval_loss, result.eval_loss, rtol=1e-5)
+    weights = np.asarray(result.model.weights)
+    train = logistic.value(jnp.asarray(y[:900], jnp.float32), predict_raw(result.model, X[:900]))
+    penalty = 0.5 * 50.0 * np.sum(weights**2) / 900
+    np.testing.assert_allclose(result.train_loss[-1], jnp.mean(train) + penalty, rtol=1e-5)
+
+
 def test_bad_input_is_named(key):
     X = np.random.default_rng(0).normal(size=(20, 3))
     y = (X[:, 0] > 0).astype(int)
