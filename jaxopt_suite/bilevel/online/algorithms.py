@@ -128,6 +128,13 @@ def _int(value: Any) -> jax.Array:
     return jnp.asarray(value, jnp.int32)
 
 
+def _count_valid(mask: jax.Array, per_slot: Any = 1) -> jax.Array:
+    """``sum(per_slot * mask)`` as int32: ``jnp.sum`` of int32 gives int64 under
+    ``jax_enable_x64``, and an int64 count in the int32 counters of the state makes the
+    branches of ``run_online``'s ``lax.cond`` differ."""
+    return jnp.sum(jnp.where(mask, per_slot, 0), dtype=jnp.int32)
+
+
 def _poison(tree: Any, residual: Any) -> Any:
     """``tree``, or NaNs when ``residual`` is not finite.
 
@@ -269,9 +276,9 @@ def _make(name: str, round_fn, *, memory_init=None, window: int = 1) -> OnlineSo
             v=v,
             memory=memory,
             round=state.round + 1,
-            inner=state.inner + n_inner,
-            hvp=state.hvp + n_hvp,
-            outer=state.outer + n_outer,
+            inner=state.inner + _int(n_inner),
+            hvp=state.hvp + _int(n_hvp),
+            outer=state.outer + _int(n_outer),
             round_inner=_int(n_inner),
             status=state.status | bits,
             failed_round=jnp.where(first, state.round, state.failed_round),
@@ -365,7 +372,7 @@ def _wobo_round(
     ys, vs = _enter_slot(state.memory, t, window)
     data, valid = _window_slots(problem, t, window)
     weights = valid.astype(jnp.result_type(*jax.tree.leaves(state.x))) / window
-    n_valid = jnp.sum(valid.astype(jnp.int32))
+    n_valid = _count_valid(valid)
 
     def average(per_slot):
         return jax.tree.map(lambda a: jnp.tensordot(weights, a, axes=1), per_slot)
@@ -386,8 +393,7 @@ def _wobo_round(
                 return y, v, _hypergradient(problem, x, y, v, f_x, d), k_y, k_v
 
             ys, vs, grads, k_y, k_v = jax.vmap(one)(ys, vs, data)
-            mask = valid.astype(jnp.int32)
-            return ys, vs, average(grads), jnp.sum(k_y * mask), jnp.sum((k_v + 1) * mask)
+            return ys, vs, average(grads), _count_valid(valid, k_y), _count_valid(valid, k_v + 1)
 
         def cond(carry):
             _, _, _, grad, it, _ = carry
@@ -419,31 +425,50 @@ def wobo(
     variant: Literal["iterate", "single_loop"] = "iterate",
     delta: float | None = None,
     inner_tol: float | None = None,
-    max_inner: int = 1000,
-    max_iters: int = 1000,
+    max_inner: int | None = None,
+    max_iters: int | None = None,
 ) -> OnlineSolver:
     """WOBO: descent on the window-averaged ``F_{t,W}(x) = (1/W) sum_{i<W} F_{t-i}(x)``,
     every function of the window evaluated at the current ``x`` (one warm-started
     ``(y, v)`` per window slot).
 
     - ``variant="iterate"``: within round ``t``, solve every slot's inner problem and
-      linear system to ``inner_tol``, and step ``x`` until the window hypergradient has
-      norm ``<= delta`` (default ``1 / window``, the ``delta ~ 1/W`` that gives window
-      regret ``O(T / W^2)``), at most ``max_iters`` steps;
+      linear system to ``inner_tol`` (default ``delta / 4``; at most ``max_inner`` steps
+      each, default 1000), and step ``x`` until the window hypergradient has norm
+      ``<= delta`` (default ``1 / window``, the ``delta ~ 1/W`` that gives window regret
+      ``O(T / W^2)``), at most ``max_iters`` steps (default 1000);
     - ``variant="single_loop"``: one ``y``, ``v`` step per slot and one ``x`` step per
       round, ``W`` gradients per round: window regret ``O(T / W)`` with ``O(W T)``
-      gradients.
+      gradients. It has no tolerances or loops: ``delta``, ``inner_tol``, ``max_inner``
+      and ``max_iters`` are refused (``ValueError``).
 
     Seed abstract 17; the rules are a reconstruction (module docstring).
     """
     window = _count("window", window)
     if variant not in ("iterate", "single_loop"):
         raise ValueError(f"variant must be 'iterate' or 'single_loop', got {variant!r}")
+    if variant == "single_loop":
+        loop_settings = {
+            "delta": delta,
+            "inner_tol": inner_tol,
+            "max_inner": max_inner,
+            "max_iters": max_iters,
+        }
+        given = {name: value for name, value in loop_settings.items() if value is not None}
+        if given:  # they used to be accepted and had no effect
+            verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+            got = ", ".join(f"{name}={value!r}" for name, value in given.items())
+            raise ValueError(
+                f"{', '.join(given)} {verb} only to variant='iterate'; variant='single_loop' "
+                f"takes one x step per round and would ignore {them} (got {got})"
+            )
     beta = _positive("inner_lr", inner_lr)
     gamma = beta if aux_lr is None else _positive("aux_lr", aux_lr)
     eta = _positive("outer_lr", outer_lr)
     delta = 1.0 / window if delta is None else _positive("delta", delta)
     inner_tol = delta / 4.0 if inner_tol is None else _positive("inner_tol", inner_tol)
+    max_inner = 1000 if max_inner is None else _count("max_inner", max_inner)
+    max_iters = 1000 if max_iters is None else _count("max_iters", max_iters)
     round_fn = functools.partial(
         _wobo_round,
         window=window,
@@ -453,8 +478,8 @@ def wobo(
         eta=eta,
         delta=delta,
         inner_tol=inner_tol,
-        max_inner=_count("max_inner", max_inner),
-        max_iters=_count("max_iters", max_iters),
+        max_inner=max_inner,
+        max_iters=max_iters,
     )
     return _make(
         f"wobo({variant}, W={window})",

@@ -23,6 +23,7 @@ from jaxopt_suite.bilevel.online.algorithms import (
     _axpy,
     _cg,
     _count,
+    _count_valid,
     _grad_f,
     _hypergradient,
     _int,
@@ -57,7 +58,7 @@ def _oagd_round(problem, state, t, *, window, beta, eta, alpha, terms, decay, pa
     x = state.x
     data, valid = _window_slots(problem, t, window)
     order = jnp.argsort(_slot_rounds(t, window))  # oldest first
-    n_valid = jnp.sum(valid.astype(jnp.int32))
+    n_valid = _count_valid(valid)
 
     def sweep(y, slot):
         d = jax.tree.map(lambda a: a[slot], data)
@@ -89,22 +90,32 @@ def oagd(
     window: int,
     inner_lr: float,
     outer_lr: float,
-    neumann_alpha: float = 0.5,
+    neumann_alpha: float | None = None,
     neumann_terms: int = 5,
     decay: float = 1.0,
     inner_passes: int = 1,
 ) -> OnlineSolver:
     """OAGD (see the module docstring). ``inner_passes`` gradient passes over the window's
     inner functions per round; ``neumann_terms`` terms of
-    ``H^{-1} ~ alpha sum_k (I - alpha H)^k``."""
+    ``H^{-1} ~ alpha sum_k (I - alpha H)^k`` with ``alpha = neumann_alpha`` (default
+    ``inner_lr``).
+
+    The series converges only for ``0 < alpha < 2 / L_g``, ``L_g`` the largest eigenvalue
+    of the inner Hessian ``nabla^2_yy g_t`` -- the same condition as for gradient descent
+    on ``g_t`` with step ``alpha``, which is why the default is ``inner_lr``. At
+    ``alpha >= 2 / L_g`` the terms do not decay (beyond it they grow), so more terms do
+    not reduce the bias of the hypergradient (``quadratic_stream()`` has ``L_g`` up to
+    ``inner_condition = 4``: ``alpha = 0.5`` is already on the boundary)."""
     window = _count("window", window)
     decay = _positive("decay", decay)
+    beta = _positive("inner_lr", inner_lr)
+    alpha = beta if neumann_alpha is None else _positive("neumann_alpha", neumann_alpha)
     round_fn = functools.partial(
         _oagd_round,
         window=window,
-        beta=_positive("inner_lr", inner_lr),
+        beta=beta,
         eta=_positive("outer_lr", outer_lr),
-        alpha=_positive("neumann_alpha", neumann_alpha),
+        alpha=alpha,
         terms=_count("neumann_terms", neumann_terms),
         decay=decay,
         passes=_count("inner_passes", inner_passes),

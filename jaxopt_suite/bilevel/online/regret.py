@@ -30,10 +30,12 @@ class OnlineResult(NamedTuple):
     """``history`` has one entry per round ``t``: ``regret_term`` (``||nabla F_{t,w}(x_t)||^2``,
     NaN on rounds not charged), ``value`` (``F_t(x_t)`` for exact oracles, else NaN),
     cumulative oracle counts ``inner``/``hvp``/``outer``/``total`` after the round,
-    ``round_inner`` and ``status``. ``regret`` is the sum of the charged terms (rounds
-    ``0, k, 2k, ...`` for ``k = regret_every``) scaled by ``num_rounds`` over their number,
-    so it estimates the full sum when rounds are sampled (exactly ``k`` when ``k`` divides
-    ``num_rounds``)."""
+    ``round_inner`` and ``status``. ``regret_term`` and ``value`` are in the played
+    point's precision, but at least float32 (float32 for bfloat16 / float16 ``x``), and
+    ``regret`` is the sum of the charged terms (rounds ``0, k, 2k, ...`` for
+    ``k = regret_every``) taken in float64 on the host and scaled by ``num_rounds`` over
+    their number, so it estimates the full sum when rounds are sampled (exactly ``k`` when
+    ``k`` divides ``num_rounds``)."""
 
     state: OnlineState
     history: dict
@@ -100,10 +102,14 @@ def run_online(
         keep = np.arange(num_rounds)[(np.arange(num_rounds) + 1) % eval_every == 0]
         history["eval"] = {k: v[keep] for k, v in history["eval"].items()}
         history["eval_round"] = keep + 1
-    # Only the charged rounds enter the sum; a charged term that is NaN makes it NaN.
+    # Only the charged rounds enter the sum; a charged term that is NaN makes it NaN. The
+    # sum is float64: summed in the terms' float32 it loses the small terms of long runs.
     charged = history["regret_term"][::regret_every]
     scale = num_rounds / len(charged)  # = regret_every when it divides num_rounds
-    regret = float(np.sum(charged) * scale) if oracle is not None else float("nan")
+    if oracle is not None:
+        regret = float(np.sum(charged, dtype=np.float64) * scale)
+    else:
+        regret = float("nan")
     status = int(state.status)
     message = explain(status, int(state.failed_round))
     if status != OK and on_failure == "raise":
@@ -127,14 +133,17 @@ def _compiled_rounds(
     keeps its last 8 streams alive."""
 
     def charge(state, t):
-        dtype = jnp.result_type(*jax.tree.leaves(state.x))
+        # At least float32: a bfloat16 / float16 square overflows past |g| = 256 (float16)
+        # or rounds to 8 bits, with the learner's status still OK.
+        dtype = jnp.promote_types(jnp.result_type(*jax.tree.leaves(state.x)), jnp.float32)
         nan = jnp.full([], jnp.nan, dtype)
         if oracle is None:
             return nan, nan
 
         def term(_):
             grad = window_hypergradient(oracle, problem, state.x, state.y, t, window)
-            sq = sum(jnp.vdot(g, g).real for g in jax.tree.leaves(grad))
+            leaves = [g.astype(jnp.promote_types(g.dtype, dtype)) for g in jax.tree.leaves(grad)]
+            sq = sum(jnp.vdot(g, g).real for g in leaves)
             return sq.astype(dtype)
 
         sq = jax.lax.cond(t % regret_every == 0, term, lambda _: nan, None)

@@ -218,6 +218,7 @@ def online_loss_tuning(
     classes = jnp.arange(k)
 
     def round_data(t):
+        t = jnp.asarray(t, jnp.int32)  # a Python int too, as the other streams take
         k_cls, k_member, k_val = jax.random.split(jax.random.fold_in(key, t), 3)
         majority = (t.astype(jnp.float32) * cycles * k / num_rounds) % k
         dist = jnp.abs(classes - majority)

@@ -11,6 +11,7 @@ from jaxopt_suite import bilevel
 from jaxopt_suite.bilevel import online as ob
 from jaxopt_suite.bilevel.online.problem import window_data
 from tests.bilevel.online.conftest import (
+    HAND_ORACLE,
     LEARNERS,
     NUM_ROUNDS,
     X0,
@@ -114,6 +115,63 @@ def test_quadratic_stream_settings_must_be_finite():
 def test_wobo_variant_is_checked():
     with pytest.raises(ValueError, match="variant must be 'iterate' or 'single_loop'"):
         ob.wobo(window=2, inner_lr=0.1, outer_lr=0.1, variant="double_loop")
+
+
+@pytest.mark.parametrize(
+    "setting", [{"delta": 1e-9}, {"inner_tol": 1e-9}, {"max_inner": 1}, {"max_iters": 1}]
+)
+def test_wobo_single_loop_refuses_the_iterate_settings(setting):
+    # they were accepted and ignored: a single-loop run with max_iters=1 was bit-identical
+    # to one without
+    ((name, value),) = setting.items()
+    message = rf"^{name} applies only to variant='iterate'.*\(got {name}={value!r}\)"
+    with pytest.raises(ValueError, match=message):
+        ob.wobo(window=2, inner_lr=0.1, outer_lr=0.1, variant="single_loop", **setting)
+    with pytest.raises(ValueError, match=r"^delta, max_iters apply only to variant='iterate'"):
+        ob.wobo(window=2, inner_lr=0.1, outer_lr=0.1, variant="single_loop", delta=0.1, max_iters=5)
+    ob.wobo(window=2, inner_lr=0.1, outer_lr=0.1, variant="iterate", **setting)  # used there
+
+
+def test_wobo_iterate_defaults_are_unchanged():
+    # delta = 1 / window, inner_tol = delta / 4, max_inner = max_iters = 1000
+    problem = hand_stream()
+    runs = [
+        ob.run_online(problem, solver, X0, Y0, NUM_ROUNDS, oracle=HAND_ORACLE)
+        for solver in (
+            ob.wobo(window=4, inner_lr=0.25, outer_lr=0.5),
+            ob.wobo(
+                window=4,
+                inner_lr=0.25,
+                outer_lr=0.5,
+                delta=0.25,
+                inner_tol=0.0625,
+                max_inner=1000,
+                max_iters=1000,
+            ),
+        )
+    ]
+    for key in runs[0].history:
+        np.testing.assert_array_equal(runs[0].history[key], runs[1].history[key], err_msg=key)
+    with pytest.raises(ValueError, match="max_iters must be >= 1, got 0"):
+        ob.wobo(window=2, inner_lr=0.1, outer_lr=0.1, max_iters=0)
+    with pytest.raises(TypeError, match="max_inner must be a Python int"):
+        ob.wobo(window=2, inner_lr=0.1, outer_lr=0.1, max_inner=2.5)
+
+
+def test_oagd_neumann_alpha_defaults_to_inner_lr_and_is_checked():
+    problem = hand_stream()
+    runs = [
+        ob.run_online(problem, solver, X0, Y0, NUM_ROUNDS)
+        for solver in (
+            ob.oagd(window=3, inner_lr=0.2, outer_lr=0.1),
+            ob.oagd(window=3, inner_lr=0.2, outer_lr=0.1, neumann_alpha=0.2),
+        )
+    ]
+    np.testing.assert_array_equal(runs[0].state.x, runs[1].state.x)
+    np.testing.assert_array_equal(runs[0].state.v, runs[1].state.v)
+    for alpha in (0.0, float("inf")):
+        with pytest.raises(ValueError, match=r"^neumann_alpha must be finite and > 0"):
+            ob.oagd(window=3, inner_lr=0.2, outer_lr=0.1, neumann_alpha=alpha)
 
 
 def test_stream_from_arrays_checks_the_round_axis():

@@ -70,9 +70,9 @@ STATIC_CASES = {
         lambda: ob.wobo(window=3, inner_lr=0.25, outer_lr=0.1, variant="single_loop"),
         _single_loop_rtol,
     ),
-    # alpha = 0.25 < 1 / L_g (A's eigenvalues are in [1, 4]) with 60 terms: the Neumann
-    # bias is 0.75^60 ~ 3e-8; the default alpha = 0.5 has |1 - 0.5 * 4| = 1 and a biased
-    # fixed point.
+    # alpha = 0.25 <= 1 / L_g (A's eigenvalues are in [1, 4]) with 60 terms: the Neumann
+    # bias is 0.75^60 ~ 3e-8; alpha = 0.5 has |1 - 0.5 * 4| = 1 and a biased fixed point.
+    # (0.25 is also the default, alpha = inner_lr: test_oagd_default_neumann_alpha_...)
     "oagd": (
         lambda: ob.oagd(
             window=3, inner_lr=0.25, outer_lr=0.1, neumann_alpha=0.25, neumann_terms=60
@@ -214,3 +214,40 @@ def test_step_compiles_once(name):
     assert int(state.round) == 3
     chex.assert_trees_all_equal_shapes_and_dtypes(state.x, s.x0)
     chex.assert_trees_all_equal_shapes_and_dtypes(state.y, s.y0)
+
+
+@pytest.mark.parametrize("name", list(LEARNERS))
+def test_learners_run_under_x64(name):
+    # jnp.sum of int32 window counts is int64 under x64: WOBO's and OAGD's counters left
+    # int32, and run_online's lax.cond refused the two branch types (TypeError).
+    with jax.enable_x64(True):
+        s = ob.quadratic_stream(drift="iid", seed=2, dim_x=2, dim_y=3, dtype=jnp.float64)
+        solver = LEARNERS[name]()
+        state = jax.jit(solver.step)(solver.init(s.problem, s.x0, s.y0))
+        result = ob.run_online(s.problem, solver, s.x0, s.y0, 5, oracle=s.oracle, window=3)
+    for counts in (state, result.state):
+        for key in ("round", "inner", "hvp", "outer", "round_inner", "status", "failed_round"):
+            assert getattr(counts, key).dtype == jnp.int32, (key, getattr(counts, key).dtype)
+    assert result.state.x.dtype == jnp.float64 and result.status == ob.OK
+    # The same counts as in float32 (the window learners count their valid slots).
+    s32 = ob.quadratic_stream(drift="iid", seed=2, dim_x=2, dim_y=3)
+    expected = ob.run_online(s32.problem, LEARNERS[name](), s32.x0, s32.y0, 5).history
+    if name not in ("aobo", "wobo_iterate"):  # tolerance loops may stop a step apart
+        for key in ("inner", "hvp", "outer"):
+            np.testing.assert_array_equal(result.history[key], expected[key], err_msg=key)
+
+
+def test_oagd_default_neumann_alpha_is_inner_lr():
+    # The default neumann_alpha was 0.5: with A's eigenvalues up to 4, |1 - 0.5 * 4| = 1,
+    # the Neumann terms never decay and x stopped 36% away from x* on quadratic_stream().
+    s = _static()
+    assert float(jnp.linalg.eigvalsh(s.A)[-1]) > 2.0 / 0.5 - 1e-3  # the old default's edge
+    default = ob.oagd(window=3, inner_lr=0.25, outer_lr=0.1, neumann_terms=60)
+    explicit = ob.oagd(window=3, inner_lr=0.25, outer_lr=0.1, neumann_alpha=0.25, neumann_terms=60)
+    runs = [
+        ob.run_online(s.problem, m, s.x0, s.y0, T, oracle=s.oracle) for m in (default, explicit)
+    ]
+    chex.assert_trees_all_equal(runs[0].state.x, runs[1].state.x)
+    x_star = s.x_star(0)
+    error = float(jnp.linalg.norm(runs[0].state.x - x_star) / jnp.linalg.norm(x_star))
+    assert error < _single_loop_rtol(s), error

@@ -271,3 +271,36 @@ def test_repeated_runs_compile_once():
     go = regret._compiled_rounds(qs.problem, solver, qs.oracle, 1, 1, None, None, 20)
     assert go._cache_size() == 1
     assert first.regret == again.regret
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_low_precision_points_are_charged_in_float32(dtype):
+    # |grad| = 300 in every coordinate: 300^2 overflows float16 (max 65504), and a
+    # bfloat16 sum stalls once the total passes 2^8 times the term (it returned 512 for
+    # 6000). The terms are squared in float32, the regret summed in float64.
+    big = ob.ExactOracle(lambda x, d: jnp.zeros((), x.dtype), lambda x, d: jnp.full_like(x, 300.0))
+    s = ob.quadratic_stream(drift="iid", seed=2, dim_x=2, dim_y=3)
+    solver = ob.fsobo(inner_lr=0.25, outer_lr=0.1)
+    x0, y0 = s.x0.astype(dtype), s.y0.astype(dtype)
+    rounds = 3000
+    result = ob.run_online(s.problem, solver, x0, y0, rounds, oracle=big)
+    assert result.state.x.dtype == dtype and result.status == ob.OK
+    terms = result.history["regret_term"]
+    assert terms.dtype == np.float32
+    np.testing.assert_array_equal(terms, 2 * 300.0**2)  # exact in float32
+    assert result.regret == rounds * 2 * 300.0**2  # exact in float64
+
+
+def test_regret_is_summed_in_float64():
+    # one term of 1e8 and seven of 1: a float32 sum has no 1e8 + 7 (its neighbours are
+    # 8 apart there) and lost the small terms
+    data = hand_data()
+    data["g"] = np.zeros((NUM_ROUNDS, 2))
+    data["g"][:, 0] = 1.0
+    data["g"][0, 0] = 1e4
+    oracle = ob.ExactOracle(lambda x, d: jnp.zeros(()), lambda x, d: d["g"])
+    result = ob.run_online(
+        hand_stream(data), LEARNERS["fsobo"](), X0, Y0, NUM_ROUNDS, oracle=oracle
+    )
+    np.testing.assert_array_equal(result.history["regret_term"], [1e8] + [1.0] * 7)
+    assert result.regret == 1e8 + 7

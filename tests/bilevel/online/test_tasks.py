@@ -48,6 +48,15 @@ def test_hyper_cleaning_stream_walks_the_pool_past_int32_products():
         assert np.all((np.asarray(idx) - start) % n < round(0.01 * n)), t
 
 
+@pytest.mark.parametrize("name", ["online_hyper_cleaning", "online_loss_tuning"])
+def test_round_data_takes_a_python_int(split, name):
+    # online_loss_tuning called t.astype: round_data(3) raised AttributeError
+    task = getattr(online_tasks, name)(split, num_rounds=T, batch_size=16)
+    expected = jax.jit(task.problem.round_data)(jnp.int32(3))
+    jax.tree.map(np.testing.assert_array_equal, task.problem.round_data(3), expected)
+    jax.tree.map(np.testing.assert_array_equal, task.problem.round_data(np.int64(3)), expected)
+
+
 def test_hyper_cleaning_noise_rises_along_the_pool(split):
     task = online_tasks.online_hyper_cleaning(
         split, num_rounds=T, batch_size=256, corruption=(0.0, 1.0), segment=0.1
