@@ -103,6 +103,11 @@ from jaxopt_suite.rl.morl_metrics import hypervolume, pareto_front, sparsity
 from jaxopt_suite.rl.ppo_lagrangian import PPOLagrangianConfig
 
 NOISE = 0.3
+# How the PPO behaviour run draws each slot's preference (envs.PreferenceConditionedWrapper):
+# Dirichlet(1) mixtures of the grid's rows, which gather near the rows' mean, so the end rows,
+# where the data is collected, are hardly trained (benchmarks.morl_behaviour_probe measures how
+# far apart the data's rows end up).
+BEHAVIOUR_SAMPLING = "mixture"
 SLIP = 0.3  # the balance task's
 # Nash welfare's shift lifts the data's lowest accumulated return to this (returns are scaled
 # to a range of 1): the smaller, the more the log bends over the returns. At 0.5 it was nearly
@@ -182,7 +187,9 @@ def dataset(name: str, task: dict, replicate: int = 0) -> tuple[object, dict]:
         iterations=task["behaviour_iterations"],
     )  # fmt: skip
     start = time.perf_counter()
-    policy, metrics = train_behaviour(env, prefs, jax.random.key(2 * replicate), config)
+    policy, metrics = train_behaviour(
+        env, prefs, jax.random.key(2 * replicate), config, sampling=BEHAVIOUR_SAMPLING
+    )
     seconds = time.perf_counter() - start
     data = envs.collect(
         env, policy, prefs, key=jax.random.key(2 * replicate + 1),

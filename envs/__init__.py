@@ -42,6 +42,7 @@ from envs.max_cost import MaxCostWrapper, wrap_for_training
 from envs.metrics import episode_statistics
 from envs.mo_tasks import BalanceTask, make_multi_objective, multi_objective_names
 from envs.multi_objective import (
+    PREFERENCE_SAMPLING,
     AccumulatedReturnWrapper,
     PreferenceConditionedWrapper,
     RewardScaleWrapper,
@@ -66,6 +67,7 @@ from envs.registry import DEFAULT_BACKENDS, make, names
 __all__ = [
     "DEFAULT_BACKENDS",
     "HAZARD_KINDS",
+    "PREFERENCE_SAMPLING",
     "VELOCITY_KINDS",
     "VELOCITY_THRESHOLDS",
     "AccumulatedReturnWrapper",

@@ -246,6 +246,10 @@ class RewardScaleWrapper(_StateMapWrapper):
         return _with_reward_vector(state, vector, reward_names_of(self.env))
 
 
+PREFERENCE_SAMPLING = ("mixture", "rows")
+"""How :class:`PreferenceConditionedWrapper` draws an episode's preference."""
+
+
 class PreferenceConditionedWrapper(Wrapper):
     """Draws a preference per episode and conditions the task on it: the observation gets the
     preference ``w`` appended (``observation_size + m``) and ``state.reward = w . r_t``
@@ -253,18 +257,28 @@ class PreferenceConditionedWrapper(Wrapper):
 
     One scalar-reward learner (PPO) on this environment trains a preference-conditioned
     behaviour policy ``pi(a | s, w)`` for all the preferences at once, as PGMORL-style data
-    needs. On reset ``w`` is a random convex combination of the rows of ``preferences``
-    (Dirichlet(1) weights), so a batch of slots covers their hull rather than betting on each
-    row being drawn; steps read ``w`` back from the incoming observation (not from ``info``),
-    so under Brax's ``AutoResetWrapper``, which restores each environment's first
-    observation, every batch slot keeps the preference it was reset with.
+    needs. On reset ``w`` is drawn by ``sampling``:
+
+    * ``"mixture"`` (the default): a random convex combination of the rows with Dirichlet(1)
+      weights over them. The draws do not cover the rows' hull evenly but gather around the
+      rows' mean, the more so the more rows there are: for the five rows ``(0, 1), (1/4,
+      3/4), ..., (1, 0)`` the first weight has mean 1/2 and standard deviation 0.14, so the
+      end rows lie 3.5 standard deviations out and are almost never drawn.
+    * ``"rows"``: one row of ``preferences``, uniformly at random, so that the rows
+      themselves (where :func:`envs.collect` rolls a behaviour policy out) are trained on.
+
+    Steps read ``w`` back from the incoming observation (not from ``info``), so under Brax's
+    ``AutoResetWrapper``, which restores each environment's first observation, every batch
+    slot keeps the preference it was reset with: a training run that resets its batch once
+    trains at one draw per slot, ``num_envs`` preferences in all.
 
     Args:
       env: a multi-objective environment (see the module docstring).
       preferences: ``(P, m)``, each row finite, >= 0 and not all zero.
+      sampling: ``"mixture"`` or ``"rows"`` (above).
     """
 
-    def __init__(self, env: Env, preferences):
+    def __init__(self, env: Env, preferences, sampling: str = "mixture"):
         super().__init__(env)
         size = len(reward_names_of(env))
         array = np.asarray(preferences, dtype=np.float32)
@@ -272,13 +286,20 @@ class PreferenceConditionedWrapper(Wrapper):
             raise ValueError(f"preferences must be (P, {size}) with P >= 1, got {array.shape}")
         for i, row in enumerate(array):
             check_weights(row, size, f"preferences[{i}]")
+        if sampling not in PREFERENCE_SAMPLING:
+            raise ValueError(f"sampling must be one of {PREFERENCE_SAMPLING}, got {sampling!r}")
         self.preferences = array
+        self.sampling = sampling
 
     def reset(self, rng: jax.Array) -> State:
         rng, pick = jax.random.split(rng)
         state = self.env.reset(rng)
-        mix = jax.random.dirichlet(pick, jnp.ones(self.preferences.shape[0]))
-        return self._condition(state, mix @ jnp.asarray(self.preferences))
+        rows = jnp.asarray(self.preferences)
+        if self.sampling == "rows":
+            preference = rows[jax.random.randint(pick, (), 0, rows.shape[0])]
+        else:
+            preference = jax.random.dirichlet(pick, jnp.ones(rows.shape[0])) @ rows
+        return self._condition(state, preference)
 
     def step(self, state: State, action: jax.Array) -> State:
         size = self.preferences.shape[1]

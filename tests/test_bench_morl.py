@@ -4,7 +4,13 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks import morl, morl_anchor_probe, morl_policy_probe, morl_probe
+from benchmarks import (
+    morl,
+    morl_anchor_probe,
+    morl_behaviour_probe,
+    morl_policy_probe,
+    morl_probe,
+)
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
@@ -193,6 +199,30 @@ def test_the_anchor_probe_refuses_negative_replicates(tmp_path):
     with pytest.raises(ValueError, match=r"--replicates must be >= 0, got \[0, -1\]"):
         morl_anchor_probe.main(["--replicates", "0,-1", "--out", str(out)])
     assert not out.exists()
+
+
+def test_the_behaviour_probe_refuses_bad_settings(tmp_path):
+    out = tmp_path / "x.json"
+    with pytest.raises(ValueError, match=r"--sampling must be from \('mixture', 'rows'\)"):
+        morl_behaviour_probe.main(["--sampling", "rows,hull", "--out", str(out)])
+    with pytest.raises(ValueError, match=r"--iterations must be >= 1, got \[80, 0\]"):
+        morl_behaviour_probe.main(["--iterations", "80,0", "--out", str(out)])
+    with pytest.raises(SystemExit):  # argparse: the balance task has no behaviour run
+        morl_behaviour_probe.main(["--task", "mo_balance", "--out", str(out)])
+    assert not out.exists()
+
+
+def test_the_behaviour_probe_summarises_the_rows_fronts():
+    grid = np.array([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]])
+    # two episodes per row: run rises with its weight, energy falls with its own weight
+    returns = np.array([[1.0, 9.0], [3.0, 9.0], [4.0, 8.0], [6.0, 8.0], [7.0, 9.0], [9.0, 9.0]])
+    summary = morl_behaviour_probe.front(grid, returns, 2)
+    np.testing.assert_allclose(summary["mean"], [[2.0, 9.0], [5.0, 8.0], [8.0, 9.0]])
+    np.testing.assert_allclose(summary["std"], [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    np.testing.assert_allclose(summary["spread"], [6.0, 1.0])
+    # energy's weights 1, 0.5, 0 against means 9, 8, 9: ranks (3, 2, 1) and (2.5, 1, 2.5)
+    np.testing.assert_allclose(summary["rank_correlation"], [1.0, 0.0], atol=1e-12)
+    assert np.isnan(morl_behaviour_probe._rank_correlation([1, 2, 3], [5, 5, 5]))
 
 
 def test_report_renders_the_fronts_of_each_method(tmp_path):

@@ -417,6 +417,34 @@ def test_preference_conditioned_wrapper_keeps_each_slot_preference_across_resets
     np.testing.assert_allclose(np.asarray(rewards), np.asarray(expected), rtol=1e-6)
 
 
+def test_preference_conditioned_wrapper_draws_rows_or_mixtures():
+    # It could only mix the rows with Dirichlet(1) weights, which gather near the rows' mean
+    # (its docstring said they cover the hull): on the five-row grid of two objectives a first
+    # weight above 0.9 comes up in 0.1% of draws, so the end rows are hardly ever trained.
+    rows = envs.preference_grid(2, 5, "wide")
+    keys = jax.random.split(jax.random.key(3), 4000)
+
+    def drawn(sampling):
+        env = envs.PreferenceConditionedWrapper(envs.BalanceTask(), rows, sampling)
+        return np.asarray(jax.jit(jax.vmap(env.reset))(keys).obs[:, 1:])
+
+    picked = drawn("rows")
+    index = np.argmin(np.abs(picked[:, None, 0] - rows[None, :, 0]), axis=1)
+    np.testing.assert_array_equal(picked, rows[index].astype(np.float32))
+    counts = np.bincount(index, minlength=len(rows))
+    # uniform over the 5 rows: each count is Binomial(4000, 1/5), sd sqrt(4000 * 0.16) = 25.3
+    assert np.all(np.abs(counts - 800) < 5 * 25.3), counts
+    mixed = drawn("mixture")[:, 0]
+    # the first weight of a Dirichlet(1) mixture of the rows: mean 1/2, sd 0.144; the sample
+    # sd's own sd is about 0.144 / sqrt(2 * 4000) < 0.002
+    assert abs(mixed.mean() - 0.5) < 5 * 0.144 / np.sqrt(4000)
+    assert abs(mixed.std() - 0.1442) < 0.01
+    assert np.mean(mixed > 0.9) < 0.005
+    assert envs.PreferenceConditionedWrapper(envs.BalanceTask(), rows).sampling == "mixture"
+    with pytest.raises(ValueError, match=r"sampling must be one of \('mixture', 'rows'\)"):
+        envs.PreferenceConditionedWrapper(envs.BalanceTask(), rows, "hull")
+
+
 def test_preference_conditioned_wrapper_rejects_bad_preferences():
     with pytest.raises(ValueError, match=r"preferences must be \(P, 2\)"):
         envs.PreferenceConditionedWrapper(envs.BalanceTask(), [1.0, 0.0])

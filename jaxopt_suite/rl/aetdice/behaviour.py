@@ -2,9 +2,9 @@
 
 D4MORL's data come from PGMORL's policies, one per preference. Here one PPO run trains a
 preference-conditioned policy ``pi(a | s, w)`` on :class:`envs.PreferenceConditionedWrapper`
-(each environment slot's episode draws ``w`` as a random convex combination of the
-preferences, and the reward is ``w . r``), and :class:`BehaviourPolicy` is the callable
-:func:`envs.collect` rolls out (at the preference rows themselves, corners of that hull).
+(each environment slot draws ``w`` from the preference rows once and keeps it, and the reward
+is ``w . r``), and :class:`BehaviourPolicy` is the callable :func:`envs.collect` rolls out (at
+the preference rows themselves).
 
 The PPO is :mod:`..ppo_lagrangian` with the constraint switched off: a zero cost, a multiplier
 held at 0 (``lagrange_learning_rate = 0``), so the update is plain PPO-clip.
@@ -24,7 +24,7 @@ from jaxopt_suite.rl.normalization import RunningStats, normalize
 from jaxopt_suite.rl.ppo_lagrangian import PPOLagrangianConfig, make_train
 
 
-def _zero_cost_env(env, preferences):
+def _zero_cost_env(env, preferences, sampling: str):
     from envs import CostWrapper, MaxCostWrapper, PreferenceConditionedWrapper
 
     class ZeroCost(CostWrapper):
@@ -34,7 +34,7 @@ def _zero_cost_env(env, preferences):
             del pipeline_state
             return jnp.zeros((), jnp.float32)
 
-    return MaxCostWrapper(ZeroCost(PreferenceConditionedWrapper(env, preferences)))
+    return MaxCostWrapper(ZeroCost(PreferenceConditionedWrapper(env, preferences, sampling)))
 
 
 class BehaviourPolicy(NamedTuple):
@@ -57,13 +57,20 @@ class BehaviourPolicy(NamedTuple):
 
 
 def train_behaviour(
-    env, preferences, key: jax.Array, config: PPOLagrangianConfig | None = None
+    env,
+    preferences,
+    key: jax.Array,
+    config: PPOLagrangianConfig | None = None,
+    sampling: str = "mixture",
 ) -> tuple[BehaviourPolicy, dict]:
     """Trains a preference-conditioned behaviour policy on a multi-objective ``env`` of
     :mod:`envs` (unbatched) for the rows of ``preferences (P, m)``.
 
-    ``config`` sets the PPO run (its cost settings are overridden); every slot's episodes
-    train at Dirichlet(1) mixtures of the rows, so ``num_envs`` need not relate to ``P``.
+    ``config`` sets the PPO run (its cost settings are overridden). Each of the ``num_envs``
+    slots trains at one preference for the whole run, drawn by ``sampling``
+    (:class:`envs.PreferenceConditionedWrapper`: ``"mixture"``, a Dirichlet(1) mixture of
+    the rows, which gathers near their mean and seldom trains the end rows, or ``"rows"``, a
+    row uniformly at random), so ``num_envs`` need not relate to ``P``.
     Returns the policy and the per-iteration training metrics (``episode_return`` is the
     preference-weighted return).
     """
@@ -73,7 +80,7 @@ def train_behaviour(
         lagrange_learning_rate=0.0,
     )  # fmt: skip
     preferences = np.asarray(preferences, np.float32)
-    train_env = _zero_cost_env(env, preferences)
+    train_env = _zero_cost_env(env, preferences, sampling)
     result = jax.jit(make_train(config, train_env))(key)
     policy = BehaviourPolicy(
         result.params.policy, result.params.obs_stats, tuple(config.hidden), env.action_size
