@@ -13,6 +13,14 @@ kept rounds, which repeat the first ones exactly: the rounds draw nothing at ran
 that raises leaves the estimator as it was; one stopped by a numerical error warns.
 ``random_state``: an int seeds the fit (row subsampling, the validation split); ``None`` or
 a ``numpy.random.RandomState`` draws the seed, as in scikit-learn.
+
+``aicn_L`` (the AICN constant, default 0.1) is in the loss's units, so the weak-AICN step
+depends on the scale of the loss (:class:`~jaxopt_suite.boosting.fit.BoostingConfig` has
+the details): the step sees ``L sqrt(delta)``, and ``delta``, a sum over the rows, scales
+with the loss. For the regressor's squared loss, a target scaled by ``c`` scales
+``sqrt(delta)`` by ``c``: ``aicn_L / c`` gives ``c`` times the predictions, while the same
+``aicn_L`` takes shorter steps the larger ``c`` is, and fits less in the same rounds.
+Standardising the target keeps the default meaningful.
 """
 
 from __future__ import annotations
@@ -259,7 +267,10 @@ class AICNBoostingClassifier(ClassifierMixin, _Boosting):
 
 
 class AICNBoostingRegressor(RegressorMixin, _Boosting):
-    """Regression with ``loss="squared"`` or ``"poisson"`` (log link)."""
+    """Regression with ``loss="squared"`` or ``"poisson"`` (log link). With the default
+    weak-AICN step, ``aicn_L`` is in the loss's units: for the squared loss, a target
+    scaled by ``c`` needs ``aicn_L / c`` for the same fit; standardise the target to keep
+    the default meaningful (see the module docstring)."""
 
     def __init__(
         self,

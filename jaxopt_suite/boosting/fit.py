@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_integer, check_key, check_settings
+from jaxopt_suite._checks import check_integer, check_key, check_scalar, check_settings
 from jaxopt_suite.boosting import steps as step_rules
 from jaxopt_suite.boosting.binning import BinEdges, apply_bins, check_features, fit_bins
 from jaxopt_suite.boosting.losses import Loss, get_loss
@@ -47,12 +48,29 @@ class BoostingConfig:
     """What to fit. ``loss``: a name of :data:`losses.LOSSES` or a :class:`Loss`
     (``softmax`` needs ``num_classes``). ``step``: one of :data:`steps.STEPS`;
     ``newton_cd`` implies ``learner="coordinate"``. ``l2`` is XGBoost's ``lambda`` (and the
-    Hessian floor of ``aicn``); ``aicn_L`` the AICN constant; ``grn_M`` the GRN constant;
-    ``subsample`` the fraction of rows each round sees (drawn from ``key``).
+    Hessian floor of ``aicn``); ``grn_M`` the GRN constant; ``subsample`` the fraction of
+    rows each round sees (drawn from ``key``).
     ``min_split_gain`` is compared with the split gain
     ``1/2 [G_L^2/(H_L+l2) + G_R^2/(H_R+l2) - G^2/(H+l2)]`` (Chen & Guestrin's eq. 7), half
-    the gain XGBoost's ``gamma`` and LightGBM's ``min_split_gain`` are compared with: their
-    value prunes here as half of it does there."""
+    the gain XGBoost's ``gamma`` and LightGBM's ``min_split_gain`` are compared with (they
+    drop the 1/2): to match their ``gamma``, set ``min_split_gain = gamma / 2``.
+
+    ``aicn_L`` is the AICN constant, in the loss's units (``1 / sqrt(loss)``): the step
+    ``alpha = 2 / (1 + sqrt(1 + 2 L G))`` (:mod:`.steps`) sees the loss only through
+    ``L G``, where ``G = sqrt(delta)``, the Newton decrement of the summed loss
+    ``sum_i l(y_i, F_i)`` along the learner, is in the units of the loss's square root.
+    Scaling the loss by ``s`` (``l2``, ``min_child_weight`` and ``min_split_gain`` scaled by
+    ``s`` as well, which leaves the trees and ``t*`` as they were) multiplies ``G`` by
+    ``sqrt(s)``: the fit is unchanged with ``aicn_L / sqrt(s)``, and not with ``aicn_L``.
+    So one ``L`` does not serve the sum and the mean of the same losses (``s = 1/n``: the
+    mean calls for ``L sqrt(n)``), nor a data set and its copy repeated ``k`` times.
+    Exact AICN is invariant to rescaling the objective (its semi-strong self-concordance
+    constant becomes ``L / sqrt(s)`` by itself); a fixed ``aicn_L`` is not. For the squared
+    loss, a target scaled by ``c`` scales ``g`` and ``G`` by ``c`` (``h = 1``): with
+    ``aicn_L / c`` (and ``min_split_gain c^2``, ``l2`` and ``min_child_weight`` as they
+    were) the predictions are ``c`` times those for the target; with ``aicn_L`` as it was,
+    ``alpha`` falls as ``c`` grows (as ``1 / sqrt(c)`` once ``L G >> 1``). Standardising
+    the target keeps the default ``aicn_L`` meaningful."""
 
     loss: Any = "logistic"
     num_classes: int | None = None
@@ -82,14 +100,20 @@ class BoostingConfig:
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
         # integers (not bools) >= 1, finite numbers: an infinite l2, L or M learned nothing
-        # without a word, an infinite eta ended in NUMERICAL_ERROR
-        check_settings(
-            self,
-            integers=("rounds", "depth", "max_bins"),
-            positive=("eta", "aicn_L", "grn_M"),
-            nonnegative=("l2", "min_child_weight", "min_split_gain"),
-            unit=("subsample",),
-        )
+        # without a word, an infinite eta ended in NUMERICAL_ERROR; one number each (an
+        # array or a list failed later in float() with a TypeError naming no field)
+        check_settings(self, integers=("rounds", "depth", "max_bins"))
+        for names, expected, ok in (
+            (("eta", "aicn_L", "grn_M"), "be finite and > 0", lambda v: 0.0 < v < math.inf),
+            (
+                ("l2", "min_child_weight", "min_split_gain"),
+                "be finite and >= 0",
+                lambda v: 0.0 <= v < math.inf,
+            ),
+            (("subsample",), "lie in (0, 1]", lambda v: 0.0 < v <= 1.0),
+        ):
+            for name in names:
+                check_scalar(name, getattr(self, name), expected, ok)
         if self.depth > 16:
             raise ValueError(f"depth must be <= 16 (2^depth leaves), got {self.depth}")
         if self.max_bins < 2:
@@ -112,7 +136,15 @@ class BoostingConfig:
             out = dataclasses.replace(out, learner="tree", depth=1)
         if self.num_classes is not None:
             check_integer("num_classes", self.num_classes, 2)  # int(2.5) fitted 2 classes
-            if not isinstance(self.loss, Loss) and self.loss != "softmax":
+            if isinstance(self.loss, Loss):
+                # a Loss object fits its own outputs: a disagreeing count was ignored
+                if self.num_classes != self.loss.num_outputs:
+                    raise ValueError(
+                        f"num_classes={self.num_classes!r} disagrees with the Loss "
+                        f"{self.loss.name!r}, whose num_outputs is {self.loss.num_outputs} "
+                        "(leave num_classes None)"
+                    )
+            elif self.loss != "softmax":
                 raise ValueError(
                     f"num_classes={self.num_classes!r} is for loss='softmax'; loss="
                     f"{self.loss!r} has its own number of outputs (leave num_classes None)"

@@ -20,7 +20,11 @@ Newton leaves ``w_j = -G_j/(H_j+lambda)`` these are ``t* = 1`` and
     \\alpha = \\frac{-1 + \\sqrt{1 + 2 L G}}{L G} = \\frac{2}{1 + \\sqrt{1 + 2 L G}},
     \\qquad G = \\sqrt{\\delta},
 
-  in ``(0, 1]``. The weak-learner mapping (Newton decrement along the learner, measured in
+  in ``(0, 1]``. ``L`` is in the loss's units (those of ``1 / sqrt(loss)``): ``delta``
+  scales with the loss (with ``lambda`` scaled alike), so a loss scaled by ``s`` takes
+  ``L / sqrt(s)`` for the same step (``fit.BoostingConfig`` spells out what that means for
+  the target and the row count).
+  The weak-learner mapping (Newton decrement along the learner, measured in
   ``H + lambda``, the Hessian floor that keeps logistic loss from diverging on leaves of
   tiny Hessian) is a reconstruction from the design notes (``notes/zo_boost.md`` section 4),
   not the paper's text; it lives here only.

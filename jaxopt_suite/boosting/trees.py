@@ -29,8 +29,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxopt_suite import _native
+from jaxopt_suite._checks import check_integer
 
 HISTOGRAMS = ("auto", "native", "xla")
 _SOURCE = Path(__file__).with_name("histogram.cc")
@@ -141,6 +143,32 @@ def best_splits(hist, l2, min_child_weight, min_split_gain):
     return feature, threshold, jnp.where(split, best_gain, 0.0), children
 
 
+def _check_rows(bins, grad, hess, num_bins: int) -> None:
+    """A ValueError naming the argument unless ``bins`` is an (n, d) integer array, ``grad``
+    and ``hess`` have shape (n,) (an (n, 1) column failed in a broadcast) and concrete
+    ``bins`` lie in ``[0, num_bins)``."""
+    shape = jnp.shape(bins)
+    if len(shape) != 2 or not jnp.issubdtype(jnp.result_type(bins), jnp.integer):
+        raise ValueError(
+            f"bins must be an (n, d) integer array, got shape {shape} and dtype "
+            f"{jnp.result_type(bins)}"
+        )
+    for name, value in (("grad", grad), ("hess", hess)):
+        if jnp.shape(value) != shape[:1]:
+            raise ValueError(
+                f"{name} must have shape (n,) = ({shape[0]},), one entry per row of bins "
+                f"{shape}, got {jnp.shape(value)}"
+            )
+    if isinstance(bins, jax.core.Tracer) or 0 in shape:
+        return
+    values = np.asarray(bins)
+    low, high = values.min(), values.max()
+    if low < 0 or high >= num_bins:
+        raise ValueError(
+            f"bins must lie in [0, num_bins) = [0, {num_bins}), got values in [{low}, {high}]"
+        )
+
+
 def grow_tree(
     bins: jax.Array,
     grad: jax.Array,
@@ -153,9 +181,16 @@ def grow_tree(
     min_split_gain=0.0,
     histogram: str = "xla",
 ) -> TreeFit:
-    """Grows one tree on ``bins`` (n, d) int32 for per-sample ``grad`` and ``hess`` (n,).
-    ``depth``, ``num_bins`` and ``histogram`` (``"xla"`` or ``"native"``, see
-    :func:`resolve_histogram`) are static; the rest may be traced."""
+    """Grows one tree on ``bins`` (n, d), integers in ``[0, num_bins)``, for per-sample
+    ``grad`` and ``hess`` (n,). ``depth``, ``num_bins`` and ``histogram`` (one of
+    :data:`HISTOGRAMS`, see :func:`resolve_histogram`) are static; the rest may be traced.
+    Concrete ``bins`` are checked to lie in range; traced ones (under ``jit`` or ``vmap``)
+    cannot be, and there a bin ``>= num_bins`` lands in another feature's or node's
+    histogram on the ``"xla"`` path (the native kernel raises)."""
+    method = resolve_histogram(histogram)  # "bogus" fell through to the XLA path
+    depth = check_integer("depth", depth, 1)
+    num_bins = check_integer("num_bins", num_bins, 1)
+    _check_rows(bins, grad, hess, num_bins)
     n, d = bins.shape
     gh = jnp.stack([grad, hess], axis=-1)  # (n, 2)
     node = jnp.zeros(n, jnp.int32)
@@ -163,7 +198,7 @@ def grow_tree(
     hist = None
     for level in range(depth):
         hist = _level_histograms(
-            bins, gh, node, hist, level=level, num_bins=num_bins, method=histogram
+            bins, gh, node, hist, level=level, num_bins=num_bins, method=method
         )
         feature, threshold, gain, children = best_splits(hist, l2, min_child_weight, min_split_gain)
         sample_bin = jnp.take_along_axis(bins, feature[node][:, None], axis=1)[:, 0]

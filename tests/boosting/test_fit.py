@@ -49,6 +49,92 @@ def test_aicn_trace_on_trees_is_the_structure_score(key):
     assert np.all((np.asarray(result.alpha) > 0) & (np.asarray(result.alpha) <= 1))
 
 
+def _regression(n=256, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    return X, X @ rng.normal(size=d) + np.sin(3 * X[:, 0]) + 0.3 * rng.normal(size=n)
+
+
+@pytest.mark.parametrize("learner", ["tree", "coordinate"])
+def test_aicn_L_scales_as_one_over_the_target_scale(learner, key):
+    # squared loss: y -> c y scales g and sqrt(delta) by c (h = 1), and alpha sees
+    # L sqrt(delta), so aicn_L / c fits c times the predictions (BoostingConfig's docstring);
+    # a power of two keeps every product exact
+    X, y = _regression()
+    c, L = 64.0, 0.1
+
+    def fit(target, aicn_L):
+        config = BoostingConfig(loss="squared", rounds=10, learner=learner, aicn_L=aicn_L)
+        result = fit_boosting(X, target, config, key)
+        return np.asarray(predict_raw(result.model, X)), np.asarray(result.alpha)
+
+    F, alpha = fit(y, L)
+    assert alpha[0] < 0.9  # L shortens the steps here
+    F_scaled, alpha_scaled = fit(c * y, L / c)
+    np.testing.assert_allclose(F_scaled / c, F, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(alpha_scaled, alpha, rtol=1e-5)
+    for wrong in (L, L / c**2, L / np.sqrt(c)):  # any other factor steps otherwise
+        assert np.max(np.abs(fit(c * y, wrong)[1] - alpha)) > 1e-2
+
+
+def test_aicn_L_of_the_mean_loss_is_sqrt_n_times_that_of_the_sum(key):
+    # the fit works on the summed loss: scaling it by s (l2 and min_child_weight by s too,
+    # which keeps the trees) scales delta by s, so the same fit needs aicn_L / sqrt(s); for
+    # the mean loss, s = 1/n, that is L sqrt(n). AICN's own constant rescales so by itself
+    # (notes/zo_boost.md section 4: "invariant to rescaling f"); a fixed aicn_L does not.
+    X, y = _regression()
+    n, L = X.shape[0], 0.1  # n = 256: s = 1/n is a power of two, the products exact
+    total = custom(lambda t, f: 0.5 * (t - f) ** 2)
+    mean = custom(lambda t, f: 0.5 * (t - f) ** 2 / n)
+
+    def fit(loss, aicn_L, s):
+        config = BoostingConfig(loss=loss, rounds=10, aicn_L=aicn_L, l2=s, min_child_weight=s)
+        result = fit_boosting(X, y, config, key)
+        return np.asarray(predict_raw(result.model, X)), np.asarray(result.alpha)
+
+    F, alpha = fit(total, L, 1.0)
+    assert alpha[0] < 0.9
+    F_mean, alpha_mean = fit(mean, L * np.sqrt(n), 1.0 / n)
+    np.testing.assert_allclose(F_mean, F, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(alpha_mean, alpha, rtol=1e-5)
+    for wrong in (L, L * n):
+        assert np.max(np.abs(fit(mean, wrong, 1.0 / n)[1] - alpha)) > 1e-2
+
+
+def test_min_split_gain_is_half_of_xgboost_gamma(key):
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 30, size=(400, 5)).astype(float)  # 30 values a feature: hist = exact
+    y = 0.3 * X[:, 0] - 0.2 * X[:, 1] + rng.normal(size=400)
+    gamma = 80.0
+
+    def ours(min_split_gain):
+        config = BoostingConfig(
+            loss="squared", rounds=5, step="newton", eta=0.3, min_split_gain=min_split_gain
+        )
+        result = fit_boosting(X, y, config, key)
+        return np.asarray(predict_raw(result.model, X))[:, 0], float(result.model.base[0])
+
+    F, base = ours(gamma / 2)
+    params = {
+        "objective": "reg:squarederror",
+        "eta": 0.3,
+        "reg_lambda": 1.0,
+        "max_depth": 3,
+        "min_child_weight": 1.0,
+        "tree_method": "exact",
+        "base_score": base,
+        "gamma": gamma,
+        "nthread": 1,
+    }
+    booster = xgb.train(params, xgb.DMatrix(X, label=y), 5)
+    F_xgb = booster.predict(xgb.DMatrix(X), output_margin=True)
+    np.testing.assert_allclose(F, F_xgb, rtol=1e-5, atol=1e-5)
+    # gamma prunes here: min_split_gain = gamma, or no pruning, fits other trees
+    for other in (gamma, 0.0):
+        assert np.max(np.abs(ours(other)[0] - F_xgb)) > 0.1
+
+
 @pytest.mark.parametrize("step", ["newton", "grn", "aicn"])
 def test_logistic_fits_breast_cancer(step, key):
     data = load_breast_cancer()
@@ -262,6 +348,32 @@ def test_bad_input_is_named(key):
     with pytest.raises(ValueError, match=r"eval_set y: poisson loss needs y >= 0"):
         fit_boosting(X, np.abs(X[:, 0]), BoostingConfig(loss="poisson", rounds=2), key,
                      eval_set=(X, X[:, 0]))  # fmt: skip
+
+
+def test_settings_are_single_numbers_and_a_loss_keeps_its_outputs(key):
+    # an array or a list passed the real-number check and failed later in float() with a
+    # TypeError naming no field
+    for field, value in (
+        ("eta", np.array([0.5, 0.2])),
+        ("l2", [0.5, 0.2]),
+        ("aicn_L", (0.1,)),
+        ("min_split_gain", np.zeros((1, 1))),
+        ("subsample", [1.0]),
+    ):
+        with pytest.raises(ValueError, match=f"{field} must be a scalar, got shape"):
+            BoostingConfig(**{field: value}).checked()
+    BoostingConfig(eta=np.array(0.5), l2=np.float32(2.0)).checked()  # 0-d: one number
+    # a class count that disagrees with a Loss object's outputs was ignored (the loss's
+    # outputs were fitted); the same count beside a named loss is refused
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    y = np.arange(30) % 3
+    three = get_loss("softmax", 3)
+    with pytest.raises(ValueError, match="num_classes=5 disagrees with the Loss 'softmax', "
+                       "whose num_outputs is 3"):  # fmt: skip
+        fit_boosting(X, y, BoostingConfig(loss=three, num_classes=5, rounds=2), key)
+    with pytest.raises(ValueError, match="num_classes=2 disagrees with the Loss 'logistic'"):
+        BoostingConfig(loss=get_loss("logistic"), num_classes=2).checked()
+    fit_boosting(X, y, BoostingConfig(loss=three, num_classes=3, rounds=2), key)
 
 
 def test_coordinate_features_beyond_float32_are_named(key):

@@ -101,6 +101,41 @@ def test_tree_matches_brute_force(depth, l2, mcw, method):
         )
 
 
+def test_grow_tree_checks_its_arguments():
+    bins, g, h = _data()  # bins in [0, 8)
+    bins, g, h = jnp.asarray(bins), jnp.asarray(g, jnp.float32), jnp.asarray(h, jnp.float32)
+
+    def grow(bins=bins, g=g, h=h, **settings):
+        return grow_tree(bins, g, h, **{"depth": 2, "num_bins": 8, "l2": 1.0, **settings})
+
+    # any other name than "native" took the XLA path
+    with pytest.raises(ValueError, match="histogram must be one of"):
+        grow(histogram="bogus")
+    np.testing.assert_array_equal(
+        grow(histogram="auto").tree.value, grow(histogram=resolve_histogram("auto")).tree.value
+    )
+    # a bin >= num_bins went to another feature's or node's histogram on the XLA path (a
+    # wrong tree, no error); the native kernel raised a runtime error
+    for method in ("xla", *(() if NATIVE else ("native",))):
+        with pytest.raises(
+            ValueError, match=r"bins must lie in \[0, num_bins\) = \[0, 4\), got values in \[0, 7\]"
+        ):
+            grow(num_bins=4, histogram=method)
+    with pytest.raises(ValueError, match=r"got values in \[-1, 7\]"):
+        grow(bins=bins.at[3, 1].set(-1))
+    with pytest.raises(ValueError, match=r"bins must be an \(n, d\) integer array"):
+        grow(bins=bins.astype(jnp.float32))
+    # an (n, 1) column failed in a broadcast
+    with pytest.raises(
+        ValueError, match=r"grad must have shape \(n,\) = \(240,\).* got \(240, 1\)"
+    ):
+        grow(g=g[:, None], h=h[:, None])
+    with pytest.raises(ValueError, match=r"hess must have shape \(n,\) = \(240,\).* got \(239,\)"):
+        grow(h=h[1:])
+    with pytest.raises(ValueError, match="depth must be an integer >= 1, got 0"):
+        grow(depth=0)
+
+
 def test_no_valid_split_sends_everything_left():
     bins = jnp.zeros((10, 3), jnp.int32)  # one occupied bin: no split separates anything
     g = jnp.linspace(-1.0, 1.0, 10)
