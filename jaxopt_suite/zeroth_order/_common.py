@@ -10,6 +10,17 @@ difference ``(f(x + sigma v) - f(x)) / sigma`` when ``antithetic=False`` (O(sigm
 forward difference reuses ``f(x)`` when the caller already has it (optax's ``value`` extra
 arg, e.g. from the forward pass that produced the activations), so q probes cost q
 evaluations instead of 2q.
+
+Two properties of ``value_fn`` and ``sigma`` hold for every estimator:
+
+* ``value_fn`` is evaluated under ``jax.vmap`` over the probes, so it must be batchable: a
+  host callback (``jax.pure_callback``) needs a ``vmap_method`` such as ``"sequential"``.
+* the perturbed parameters ``x + sigma v`` are formed in the dtype ``jnp`` promotes them
+  to, the parameters' own for a Python float ``sigma``. With 16-bit floats (bfloat16 keeps
+  8 significant bits: at ``|x| ~ 1`` its spacing is ``2**-7``) a ``sigma`` below the dtype's
+  spacing at the parameters' magnitude rounds away or to a different step, and the estimate
+  is zero or biased. Concrete parameters are checked (:func:`check_step_resolves`); traced
+  ones (under ``jit``) cannot be, so there ``sigma`` must exceed that spacing.
 """
 
 from __future__ import annotations
@@ -110,6 +121,7 @@ def directional_differences(
       ``(responses[q], num_evals)``.
     """
     num = jax.tree.leaves(directions)[0].shape[0]
+    check_step_resolves(params, plus, directions, sigma)
     if antithetic:
 
         def central(direction):
@@ -117,10 +129,67 @@ def directional_differences(
             f_minus = value_fn(plus(direction, -sigma))
             return (f_plus - f_minus) / (2.0 * sigma)
 
-        return jax.vmap(central)(directions), 2 * num
+        return _over_probes(central, directions), 2 * num
     f_zero = value_fn(params) if value is None else value
-    forward = jax.vmap(lambda direction: (value_fn(plus(direction, sigma)) - f_zero) / sigma)
-    return forward(directions), num + (1 if value is None else 0)
+    forward = lambda direction: (value_fn(plus(direction, sigma)) - f_zero) / sigma  # noqa: E731
+    return _over_probes(forward, directions), num + (1 if value is None else 0)
+
+
+def _over_probes(difference: Callable[[Any], jax.Array], directions: Any) -> jax.Array:
+    """``jax.vmap(difference)(directions)``, naming value_fn when it cannot be batched (a
+    ``jax.pure_callback`` without ``vmap_method`` failed with vmap's own message)."""
+    try:
+        return jax.vmap(difference)(directions)
+    except NotImplementedError as err:
+        raise TypeError(
+            "value_fn must be batchable: it is evaluated under jax.vmap over the probe "
+            "directions, which raised NotImplementedError: "
+            f"{str(err).splitlines()[0] if str(err) else type(err).__name__}. A host callback "
+            "needs a vmap_method, e.g. jax.pure_callback(..., vmap_method='sequential')"
+        ) from err
+
+
+def check_step_resolves(
+    params: Any, plus: Callable[[Any, jax.Array], Any], directions: Any, sigma: Any
+) -> None:
+    """Raises unless ``x + sigma`` and ``x - sigma`` differ from ``x`` at every entry of
+    concrete ``params``, in the dtype ``plus`` forms the perturbed parameters in.
+
+    A step below half the dtype's spacing at ``|x|`` rounds away (bfloat16 at ``|x| ~ 1``
+    and the default sigma = 1e-3): the differences lose those entries and the estimate is
+    zero or biased. Probe entries have unit scale, so ``|v| = 1`` is the yardstick: this is
+    a necessary condition, not a sufficient one. Traced params or sigma (under ``jit``)
+    pass unchecked, as their values are unknown while tracing.
+    """
+    flat_paths = jax.tree_util.tree_flatten_with_path(params)[0]
+    if isinstance(sigma, jax.core.Tracer) or any(
+        isinstance(leaf, jax.core.Tracer) for _, leaf in flat_paths
+    ):
+        return
+    probe = jax.tree.map(lambda d: jax.ShapeDtypeStruct(d.shape[1:], d.dtype), directions)
+    perturbed = jax.tree.leaves(jax.eval_shape(lambda v: plus(v, sigma), probe))
+    with jax.ensure_compile_time_eval():  # concrete params inside a jit trace: still eager
+        for (path, leaf), out in zip(flat_paths, perturbed, strict=True):
+            if not jnp.issubdtype(out.dtype, jnp.floating):
+                continue
+            x = jnp.asarray(leaf, out.dtype)
+            step = jnp.asarray(sigma, out.dtype)
+            stuck = (x + step == x) | (x - step == x)
+            count = int(jnp.sum(stuck))
+            if count:
+                smallest = float(jnp.min(jnp.where(stuck, jnp.abs(x), jnp.inf)))
+                spacing = float(jnp.finfo(out.dtype).eps) * 2.0 ** math.floor(
+                    math.log2(max(smallest, float(jnp.finfo(out.dtype).tiny)))
+                )
+                raise ValueError(
+                    f"sigma={float(sigma):g} is lost to rounding in {out.dtype} parameters: "
+                    f"x +- sigma rounds back to x at {count} of {x.size} entries of "
+                    f"params{jax.tree_util.keystr(path)} (the smallest such |x| is "
+                    f"{smallest:g}, where the {out.dtype} spacing is {spacing:g}), so the "
+                    f"estimate would be zero or biased. sigma must exceed the {out.dtype} "
+                    "spacing at the parameters' magnitude: raise it, or perturb in float32 "
+                    "(float32 parameters, cast inside value_fn)"
+                )
 
 
 def check_value(value: Any, loss_dtype: jnp.dtype) -> jax.Array | None:
@@ -151,7 +220,12 @@ def key_name(entry: Any) -> Any:
 
 
 def flatten_like(params: Any, other: Any, name: str) -> list:
-    """Leaves of ``other`` aligned with the leaves of ``params`` (``None`` allowed)."""
+    """Leaves of ``other`` aligned with the leaves of ``params``.
+
+    ``None`` is allowed at a leaf and reads "not covered"; each caller says what that means:
+    ``activations`` probes such a leaf isotropically, while ``hint`` and ``true_grad`` (see
+    :func:`true_grad_leaves`) refuse it.
+    """
     treedef = jax.tree.structure(params)
     try:
         leaves = treedef.flatten_up_to(other)
@@ -174,6 +248,24 @@ def check_leaf_shapes(params: Any, leaves: list, name: str) -> None:
                 f"{name}{jax.tree_util.keystr(path)} must have the shape of "
                 f"params{jax.tree_util.keystr(path)}, {np.shape(leaf)}, got {np.shape(other)}"
             )
+
+
+def true_grad_leaves(params: Any, true_grad: Any) -> list:
+    """Leaves of ``true_grad`` aligned with those of ``params``, each of its parameter's
+    shape. A ``None`` leaf is refused: the diagnostics built on the true gradient need all
+    of it, and reading a missing leaf as zeros would misreport them (a TypeError from deep
+    inside ``jnp`` said only that None is not an array)."""
+    leaves = flatten_like(params, true_grad, "true_grad")
+    for (path, _), leaf in zip(
+        jax.tree_util.tree_flatten_with_path(params)[0], leaves, strict=True
+    ):
+        if leaf is None:
+            raise ValueError(
+                f"true_grad{jax.tree_util.keystr(path)} is None: true_grad must give the "
+                "gradient of every parameter leaf, an array of its shape"
+            )
+    check_leaf_shapes(params, leaves, "true_grad")
+    return leaves
 
 
 class ZerothOrderState(NamedTuple):

@@ -50,7 +50,6 @@ from jaxopt_suite._checks import check_key
 from jaxopt_suite.zeroth_order._common import (
     ValueFn,
     check_int,
-    check_leaf_shapes,
     check_positive,
     check_scalar,
     check_value_fn,
@@ -59,6 +58,7 @@ from jaxopt_suite.zeroth_order._common import (
     flat_view,
     flatten_like,
     params_required,
+    true_grad_leaves,
 )
 
 __all__ = [
@@ -135,11 +135,20 @@ def hint_basis(params: Any, hint: Any) -> jax.Array:
 
     Each hint leaf has the shape of its parameter leaf (one direction, k = 1) or that shape
     with a trailing axis of size k (a subspace), the same k for every leaf.
+
+    A hint direction with a non-finite entry (a surrogate gradient that overflowed) is
+    treated as absent: its column of the basis is zero, and the others span the finite
+    directions. A zero column adds nothing to the reference (its measured coefficient is 0),
+    so the estimate stays unbiased; a NaN column made the whole estimate NaN.
     """
     matrix = _hint_matrix(params, hint)
+    finite = jnp.all(jnp.isfinite(matrix), axis=0)
+    # finite columns first, so that the leading columns of Q span exactly them
+    order = jnp.argsort(~finite, stable=True)
+    cleaned = jnp.where(finite, matrix, 0.0)[:, order]
     # LAPACK has no bf16 / f16 QR: decompose in at least float32, return the hint's dtype
-    q, _ = jnp.linalg.qr(matrix.astype(jnp.promote_types(matrix.dtype, jnp.float32)))
-    return q.astype(matrix.dtype)
+    q, _ = jnp.linalg.qr(cleaned.astype(jnp.promote_types(matrix.dtype, jnp.float32)))
+    return jnp.where(finite, q[:, jnp.argsort(order)], 0.0).astype(matrix.dtype)
 
 
 def cv_zod_estimate(
@@ -155,19 +164,29 @@ def cv_zod_estimate(
 ) -> CVZODEstimate:
     """One CV-ZOD estimate of the gradient (unbiased for any hint).
 
+    A hint direction with a non-finite entry counts as absent (see :func:`hint_basis`): the
+    estimate is then unbiased with the remaining directions, though the queries of an absent
+    direction are still spent.
+
     Args:
-      value_fn: ``value_fn(params) -> scalar loss``.
+      value_fn: ``value_fn(params) -> scalar loss``, evaluated under ``jax.vmap`` over the
+        probes: a host callback needs a ``vmap_method``, e.g.
+        ``jax.pure_callback(..., vmap_method="sequential")``.
       params: the point.
       hint: pytree like params, optionally with a trailing subspace axis of size k.
       key: PRNG key for the probes.
       num_directions: random probes q (static). The budget per call is k + q directional
         queries (2 evaluations each).
-      sigma: finite-difference step.
+      sigma: finite-difference step. With 16-bit float parameters it must exceed the dtype's
+        spacing at the parameters' magnitude (bfloat16 at ``|x| ~ 1``: ``2**-7``), or
+        ``x + sigma v`` rounds back to ``x`` and the estimate is zero or biased; concrete
+        parameters are checked, traced ones (under ``jit``) cannot be.
       query_hint: spend k queries on the hint directions (reference ``r = U b``, q random
         probes) or none (plain estimator on q + k random probes, alpha^2 from moments). May
         be a traced bool, so the adaptive variant decides inside jit.
       true_grad: oracle variant for analysis: ``r = P_U g`` from the true gradient, q random
-        probes and no hint queries.
+        probes and no hint queries; a pytree like params with an array of each leaf's shape
+        (``None`` leaves are refused).
 
     Returns:
       :class:`CVZODEstimate`.
@@ -191,8 +210,7 @@ def cv_zod_estimate(
         return grad, captured, jnp.mean(residuals**2)
 
     if true_grad is not None:
-        true_leaves = flatten_like(params, true_grad, "true_grad")
-        check_leaf_shapes(params, true_leaves, "true_grad")
+        true_leaves = true_grad_leaves(params, true_grad)
         true_flat = jnp.concatenate([jnp.ravel(g) for g in true_leaves]).astype(flat.dtype)
         coefficients = basis.T @ true_flat
         probes = jax.random.normal(key, (num_probes, dim), flat.dtype)
@@ -266,7 +284,8 @@ def scale_by_cv_zod(
 
     * ``"query"``: k hint queries + q random probes every step; returns the unbiased estimate.
     * ``"adaptive"``: keeps EMAs of the captured and total gradient energy (their ratio
-      estimates the hint quality alpha^2), decides each step
+      estimates the hint quality alpha^2; a step whose estimates are not finite, e.g. from
+      a NaN probe loss, leaves them unchanged), decides each step
       whether to query the hint (see :func:`_adaptive_decision`) and scales the estimate by
       ``1 / (1 + m)``, the step that matches the estimated MSE; no knowledge of alpha needed.
     * ``"oracle"``: reference ``P_U g`` and step scale from ``true_grad`` (analysis only).
@@ -274,7 +293,8 @@ def scale_by_cv_zod(
     Args:
       key: PRNG key kept in the state and split every update.
       num_directions: random probes q per step (static).
-      sigma: finite-difference step.
+      sigma: finite-difference step (with 16-bit parameters, and for ``value_fn``, see
+        :func:`cv_zod_estimate`).
       mode: one of ``"query"``, ``"adaptive"``, ``"oracle"``.
       ema_decay: decay of the alpha^2 average in adaptive mode, in ``[0, 1)`` (0 keeps the
         last step's estimate only; at 1 the averages never leave their initial 0, above 1
@@ -321,8 +341,19 @@ def scale_by_cv_zod(
             true_grad=true_grad if mode == "oracle" else None,
         )
         dtype = state.total_ema.dtype
-        captured = ema_decay * state.captured_ema + (1 - ema_decay) * estimate.captured_energy
-        total = ema_decay * state.total_ema + (1 - ema_decay) * estimate.total_energy
+        # A non-finite estimate (a NaN probe loss) would stay in the averages forever, and
+        # a NaN alpha^2 never passes the decision: hint queries stopped for good. Such a
+        # step leaves both averages as they were (the inner where keeps NaN out of the
+        # arithmetic, the outer one keeps the old averages exactly; finite steps compile
+        # to the same numbers as a plain update).
+        finite = jnp.isfinite(estimate.captured_energy) & jnp.isfinite(estimate.total_energy)
+
+        def average(old, new):
+            new = jnp.where(finite, new, old)
+            return jnp.where(finite, ema_decay * old + (1 - ema_decay) * new, old)
+
+        captured = average(state.captured_ema, estimate.captured_energy)
+        total = average(state.total_ema, estimate.total_energy)
         if mode == "query":
             scale = jnp.ones([], dtype)
         else:

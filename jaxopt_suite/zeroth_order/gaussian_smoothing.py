@@ -55,11 +55,16 @@ def gaussian_smoothing_estimate(
     ``E ||ghat - g||^2 = (d + 1) / q ||g||^2`` on a quadratic (Nesterov and Spokoiny 2017).
 
     Args:
-      value_fn: ``value_fn(params) -> scalar loss``.
+      value_fn: ``value_fn(params) -> scalar loss``, evaluated under ``jax.vmap`` over the
+        probes: a host callback needs a ``vmap_method``, e.g.
+        ``jax.pure_callback(..., vmap_method="sequential")``.
       params: the point (any pytree of floating arrays).
       key: PRNG key for the probes.
       num_directions: number of probes q (static).
-      sigma: smoothing radius mu.
+      sigma: smoothing radius mu. With 16-bit float parameters it must exceed the dtype's
+        spacing at the parameters' magnitude (bfloat16 at ``|x| ~ 1``: ``2**-7``), or
+        ``x + sigma v`` rounds back to ``x`` and the estimate is zero or biased; concrete
+        parameters are checked, traced ones (under ``jit``) cannot be.
       antithetic: central (2q evaluations) or forward (q + 1) differences.
       value: ``value_fn(params)`` if already known: forward differences then cost q.
 
@@ -90,7 +95,8 @@ def scale_by_gaussian_smoothing(
     Args:
       key: PRNG key kept in the state and split at every update.
       num_directions: probes per update (static).
-      sigma: smoothing radius.
+      sigma: smoothing radius (with 16-bit parameters, and for ``value_fn``, see
+        :func:`gaussian_smoothing_estimate`).
       antithetic: central or forward differences; forward differences reuse the extra arg
         ``value`` (the loss at params, as optax passes it) when given.
 

@@ -53,11 +53,16 @@ def spsa_estimate(
     exact and ``E[ghat] = grad f``; otherwise the bias is O(sigma^2).
 
     Args:
-      value_fn: ``value_fn(params) -> scalar loss``.
+      value_fn: ``value_fn(params) -> scalar loss``, evaluated under ``jax.vmap`` over the
+        probes: a host callback needs a ``vmap_method``, e.g.
+        ``jax.pure_callback(..., vmap_method="sequential")``.
       params: the point (any pytree of floating arrays).
       key: PRNG key for the probes.
       num_directions: number of probes q (static).
-      sigma: perturbation size c.
+      sigma: perturbation size c. With 16-bit float parameters it must exceed the dtype's
+        spacing at the parameters' magnitude (bfloat16 at ``|x| ~ 1``: ``2**-7``), or
+        ``x + sigma v`` rounds back to ``x`` and the estimate is zero or biased; concrete
+        parameters are checked, traced ones (under ``jit``) cannot be.
       antithetic: central (2q evaluations) or forward (q + 1) differences.
       value: ``value_fn(params)`` if already known: forward differences then cost q.
 
@@ -98,7 +103,8 @@ def scale_by_spsa(
     Args:
       key: PRNG key kept in the state and split at every update.
       num_directions: probes per update (static).
-      sigma: initial perturbation size.
+      sigma: initial perturbation size (with 16-bit parameters, and for ``value_fn``, see
+        :func:`spsa_estimate`).
       sigma_decay: exponent of the perturbation decay, finite and >= 0 (a negative one
         grows the perturbation without bound).
       antithetic: central or forward differences; forward differences reuse the extra arg

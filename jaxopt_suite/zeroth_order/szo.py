@@ -56,7 +56,6 @@ from jaxopt_suite._checks import check_key
 from jaxopt_suite.zeroth_order._common import (
     ValueFn,
     check_int,
-    check_leaf_shapes,
     check_positive,
     check_scalar,
     check_value,
@@ -66,6 +65,7 @@ from jaxopt_suite.zeroth_order._common import (
     flatten_like,
     key_name,
     params_required,
+    true_grad_leaves,
 )
 
 __all__ = ["SZOEstimate", "SZOState", "scale_by_szo", "szo_estimate"]
@@ -108,9 +108,18 @@ class _Block(NamedTuple):
 
 
 def _orientation(path: str, shape: tuple[int, ...], fan_in: int, layout: Layout) -> bool:
-    """Returns ``out_in`` for a weight leaf given its activations' fan-in."""
-    in_out_fits = math.prod(shape[:-1]) == fan_in
-    out_in_fits = math.prod(shape[1:]) == fan_in
+    """Returns ``out_in`` for a weight leaf given its activations' fan-in.
+
+    ``in_out`` reads the leaf as fan-in axes first, ``(*fan_in, *fan_out)``: flax ``Dense``
+    and ``Conv`` (one fan-out axis) or ``DenseGeneral`` (``(d_model, heads, head_dim)``);
+    ``out_in`` as fan-in axes last, ``(*fan_out, *fan_in)``. ``auto`` refuses a leaf that
+    fits both, as a square matrix or ``(D, H, D / H)`` does: picking one silently probed
+    the wrong subspace of such a kernel.
+    """
+    leading = [math.prod(shape[:i]) for i in range(1, len(shape))]
+    trailing = [math.prod(shape[i:]) for i in range(1, len(shape))]
+    in_out_fits = fan_in in leading
+    out_in_fits = fan_in in trailing
     if layout == "in_out" and in_out_fits:
         return False
     if layout == "out_in" and out_in_fits:
@@ -120,12 +129,13 @@ def _orientation(path: str, shape: tuple[int, ...], fan_in: int, layout: Layout)
     if layout == "auto" and in_out_fits:
         raise ValueError(
             f"activations for params{path}: weight shape {shape} fits fan_in={fan_in} in both "
-            "layouts; pass layout='in_out' (x @ W, flax) or layout='out_in' (W @ x, equinox)"
+            "layouts; pass layout='in_out' (fan-in axes first: x @ W, flax Dense, Conv and "
+            "DenseGeneral) or layout='out_in' (fan-in axes last: W @ x, equinox)"
         )
     expected = {
-        "in_out": f"fan_in = prod(shape[:-1]) = {math.prod(shape[:-1])}",
-        "out_in": f"fan_in = prod(shape[1:]) = {math.prod(shape[1:])}",
-        "auto": f"fan_in in {{{math.prod(shape[:-1])}, {math.prod(shape[1:])}}}",
+        "in_out": f"fan_in = the product of leading axes, one of {leading}",
+        "out_in": f"fan_in = the product of trailing axes, one of {trailing}",
+        "auto": f"fan_in in {sorted(set(leading + trailing))}",
     }[layout]
     raise ValueError(
         f"activations for params{path}: got (batch, {fan_in}) inputs for a weight of shape "
@@ -307,7 +317,9 @@ def szo_estimate(
     are kept whole). With ``bias_correction`` the rest of the activation span is added.
 
     Args:
-      value_fn: ``value_fn(params) -> scalar loss``.
+      value_fn: ``value_fn(params) -> scalar loss``, evaluated under ``jax.vmap`` over the
+        probes: a host callback needs a ``vmap_method``, e.g.
+        ``jax.pure_callback(..., vmap_method="sequential")``.
       params: the point (any pytree of floating arrays).
       key: PRNG key for the probes.
       activations: pytree with the structure of ``params`` mapping each weight leaf to the
@@ -317,7 +329,10 @@ def szo_estimate(
       kappa: eigenvectors kept per layer (static), capped at the rank bound
         ``min(rows, fan_in)`` of the layer's inputs.
       num_directions: probes q (static); with ``orthogonalize`` at most k_eff.
-      sigma: finite-difference step.
+      sigma: finite-difference step. With 16-bit float parameters it must exceed the dtype's
+        spacing at the parameters' magnitude (bfloat16 at ``|x| ~ 1``: ``2**-7``), or
+        ``x + sigma v`` rounds back to ``x`` and the estimate is zero or biased; concrete
+        parameters are checked, traced ones (under ``jit``) cannot be.
       orthogonalize: QR-orthogonalise the q probes within the probe space.
       covariance_power: eigenvalue weighting exponent, a finite number: 0 plain, -1/2
         whitened (the default, fastest training), +1/2 best aligned (see the module
@@ -326,8 +341,11 @@ def szo_estimate(
         above 1 overflow them.
       bias_correction: also probe the tail of the activation span (see module docstring).
       tail_weight: probe weight of the tail directions.
-      layout: ``"in_out"`` if weights are (*fan_in, fan_out) (x @ W: flax), ``"out_in"`` if
-        (fan_out, *fan_in) (W @ x: equinox, PyTorch), ``"auto"`` to infer from shapes.
+      layout: ``"in_out"`` if weights are (*fan_in, *fan_out), fan-in axes first (x @ W:
+        flax, including ``DenseGeneral`` kernels such as ``(d_model, heads, head_dim)``),
+        ``"out_in"`` if (*fan_out, *fan_in) (W @ x: equinox, PyTorch), ``"auto"`` to infer
+        from shapes; ``"auto"`` refuses a weight that fits both (a square matrix, or
+        ``(D, H, D / H)``).
       pair_biases: treat a weight's sibling leaf named ``bias`` or ``b`` (one entry per
         output, no activations of its own) as the weight of a constant input, so the layer
         is probed in the span of ``[a, 1]`` instead of probing the bias isotropically.
@@ -338,7 +356,8 @@ def szo_estimate(
         activations anyway, and the loss of that same pass is the base point of a forward
         difference, so one probe then costs one extra evaluation. Ignored by central
         differences.
-      true_grad: optional true gradient, only for the ``captured_energy`` diagnostic.
+      true_grad: optional true gradient, only for the ``captured_energy`` diagnostic: a
+        pytree like params with an array of each leaf's shape (``None`` leaves are refused).
 
     Returns:
       :class:`SZOEstimate`.
@@ -426,9 +445,7 @@ def szo_estimate(
     if true_grad is None:
         captured = jnp.asarray(jnp.nan, dtype)
     else:
-        true_leaves = flatten_like(params, true_grad, "true_grad")
-        check_leaf_shapes(params, true_leaves, "true_grad")
-        captured = _captured_energy(blocks, true_leaves)
+        captured = _captured_energy(blocks, true_grad_leaves(params, true_grad))
     return SZOEstimate(grad, num_evals, dim, captured.astype(dtype))
 
 

@@ -199,12 +199,15 @@ def test_low_precision_params_keep_their_dtype(dtype):
         return jnp.mean(out**2)
 
     key = jax.random.key(0)
+    sigma = 1e-2  # above the bfloat16 spacing at 1 (2**-7): the default 1e-3 rounds away
     estimates = [
-        spsa_estimate(loss, params, key, num_directions=2).grad,
-        gaussian_smoothing_estimate(loss, params, key, num_directions=2).grad,
-        szo_estimate(loss, params, key, activations={"w": inputs, "b": None}, kappa=2).grad,
-        szo_estimate(loss, params, key, orthogonalize=True, num_directions=2).grad,
-        cv_zod_estimate(loss, params, params, key, num_directions=2).grad,
+        spsa_estimate(loss, params, key, num_directions=2, sigma=sigma).grad,
+        gaussian_smoothing_estimate(loss, params, key, num_directions=2, sigma=sigma).grad,
+        szo_estimate(
+            loss, params, key, activations={"w": inputs, "b": None}, kappa=2, sigma=sigma
+        ).grad,
+        szo_estimate(loss, params, key, orthogonalize=True, num_directions=2, sigma=sigma).grad,
+        cv_zod_estimate(loss, params, params, key, num_directions=2, sigma=sigma).grad,
     ]
     for grad in estimates:
         for leaf in jax.tree.leaves(grad):

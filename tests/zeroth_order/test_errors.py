@@ -1,21 +1,35 @@
 """Bad input gets a clear error that names the argument."""
 
+import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxopt_suite.zeroth_order import (
     cv_zod_estimate,
+    gaussian_smoothing_estimate,
     scale_by_cv_zod,
     scale_by_gaussian_smoothing,
     scale_by_spsa,
     scale_by_szo,
+    spsa_estimate,
     szo_estimate,
 )
 from tests.zeroth_order.conftest import quadratic
 
 FACTORIES = [scale_by_spsa, scale_by_gaussian_smoothing, scale_by_szo, scale_by_cv_zod]
 PARAMS = {"x": jnp.ones(8)}
+
+# every estimator as estimate(value_fn, params, key, **options) (CV-ZOD: the params as hint)
+ESTIMATES = {
+    "spsa": spsa_estimate,
+    "gaussian_smoothing": gaussian_smoothing_estimate,
+    "szo": szo_estimate,
+    "cv_zod": lambda value_fn, params, key, **kw: cv_zod_estimate(
+        value_fn, params, jax.tree.map(jnp.ones_like, params), key, **kw
+    ),
+}
 
 
 def _hint_args(factory):
@@ -91,6 +105,31 @@ def test_square_weights_need_a_layout():
     assert estimate.grad["w"].shape == (4, 4)
     with pytest.raises(ValueError, match="layout must be one of"):
         scale_by_szo(jax.random.key(0), layout="rows")
+
+
+def test_auto_layout_refuses_a_kernel_both_layouts_fit():
+    # a DenseGeneral query kernel (d_model, heads, head_dim) with heads * head_dim ==
+    # d_model: auto read it silently as (fan_out, *fan_in) and probed the wrong subspace
+    rows, d_model, heads, head_dim = 6, 8, 2, 4
+    keys = jax.random.split(jax.random.key(0), 3)
+    inputs = jax.random.normal(keys[0], (rows, d_model))
+    targets = jax.random.normal(keys[1], (rows, heads, head_dim))
+    params = {"w": 0.1 * jax.random.normal(keys[2], (d_model, heads, head_dim))}
+
+    def value_fn(p):
+        out = jnp.einsum("nd,dhk->nhk", inputs, p["w"])
+        return 0.5 * jnp.mean(jnp.sum((out - targets) ** 2, (1, 2)))
+
+    true_grad = jax.grad(value_fn)(params)
+    options = dict(activations={"w": inputs}, kappa=rows, covariance_power=0.0, true_grad=true_grad)
+    with pytest.raises(ValueError, match=r"shape \(8, 2, 4\) fits fan_in=8 in both layouts"):
+        szo_estimate(value_fn, params, jax.random.key(1), **options)
+    # the fan-in axes first: the gradient lies in span(inputs), all of it captured
+    estimate = jax.jit(lambda k: szo_estimate(value_fn, params, k, layout="in_out", **options))(
+        jax.random.key(1)
+    )
+    np.testing.assert_allclose(estimate.captured_energy, 1.0, rtol=1e-4)
+    chex.assert_shape(estimate.grad["w"], (d_model, heads, head_dim))
 
 
 def test_szo_orthogonalisation_needs_room():
@@ -172,6 +211,77 @@ def test_true_grad_leaves_must_have_their_parameters_shapes():
         cv_zod_estimate(value_fn, params, params, key, true_grad=swapped)
     with pytest.raises(ValueError, match=r"true_grad\['a'\] must have the shape of params"):
         szo_estimate(value_fn, params, key, true_grad=swapped)
+
+
+def test_true_grad_leaves_must_not_be_none():
+    # flatten_like lets None through ("not covered"); the diagnostics need the whole
+    # gradient, and a None leaf failed with a TypeError from inside jnp
+    params = {"w": jnp.ones((3, 2)), "b": jnp.ones(2)}
+    value_fn = lambda p: jnp.sum(p["w"] ** 2) + jnp.sum(p["b"] ** 2)  # noqa: E731
+    partial = {"w": 2.0 * jnp.ones((3, 2)), "b": None}
+    key = jax.random.key(0)
+    message = r"true_grad\['b'\] is None: true_grad must give the gradient of every"
+    with pytest.raises(ValueError, match=message):
+        szo_estimate(value_fn, params, key, true_grad=partial)
+    with pytest.raises(ValueError, match=message):
+        cv_zod_estimate(value_fn, params, params, key, true_grad=partial)
+    transform = scale_by_cv_zod(key, mode="oracle")
+    with pytest.raises(ValueError, match=message):
+        transform.update(
+            params, transform.init(params), params, value_fn=value_fn, hint=params,
+            true_grad=partial,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATES))
+def test_sigma_lost_to_rounding_is_refused(name):
+    # bfloat16 at |x| ~ 1 has spacing 2**-7: x +- 1e-3 rounded back to x, so eager calls
+    # returned exactly 0 and jitted ones a biased estimate
+    estimate = ESTIMATES[name]
+    params = {"w": jnp.ones((4, 3), jnp.bfloat16), "b": jnp.full(3, 0.01, jnp.bfloat16)}
+
+    def value_fn(p):
+        return jnp.sum(p["w"].astype(jnp.float32) ** 2) + jnp.sum(p["b"].astype(jnp.float32))
+
+    key = jax.random.key(0)
+    message = (
+        r"sigma=0.001 is lost to rounding in bfloat16 parameters: x \+- sigma rounds back to x "
+        r"at 12 of 12 entries of params\['w'\] \(the smallest such \|x\| is 1, "
+    )
+    with pytest.raises(ValueError, match=message):
+        estimate(value_fn, params, key, num_directions=2)
+    # parameters closed over by a jitted function are concrete: checked all the same
+    with pytest.raises(ValueError, match=message):
+        jax.jit(lambda k: estimate(value_fn, params, k, num_directions=2).grad)(key)
+    # a step above the spacing passes, in float32 the default does
+    grad = estimate(value_fn, params, key, num_directions=2, sigma=0.02).grad
+    chex.assert_trees_all_equal_dtypes(grad, params)
+    as_float32 = jax.tree.map(lambda x: x.astype(jnp.float32), params)
+    chex.assert_tree_all_finite(estimate(value_fn, as_float32, key, num_directions=2).grad)
+    # traced parameters cannot be checked (the docstrings say so)
+    jax.jit(lambda p: estimate(value_fn, p, key, num_directions=2).grad)(params)
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATES))
+def test_value_fn_that_cannot_be_vmapped_is_named(name):
+    # a host callback without vmap_method failed inside the estimator with vmap's own
+    # NotImplementedError, which named neither value_fn nor the fix
+    estimate = ESTIMATES[name]
+    params = {"x": jnp.arange(1.0, 5.0)}
+
+    def host_loss(x):
+        return np.asarray(0.5 * np.sum(np.asarray(x) ** 2), np.float32)
+
+    def callback_loss(vmap_method=None):
+        result = jax.ShapeDtypeStruct((), jnp.float32)
+        return lambda p: jax.pure_callback(host_loss, result, p["x"], vmap_method=vmap_method)
+
+    key = jax.random.key(0)
+    with pytest.raises(TypeError, match=r"value_fn must be batchable.*vmap_method") as info:
+        estimate(callback_loss(), params, key, num_directions=2, sigma=1e-2)
+    assert isinstance(info.value.__cause__, NotImplementedError)
+    grad = estimate(callback_loss("sequential"), params, key, num_directions=2, sigma=1e-2)
+    chex.assert_tree_all_finite(grad.grad)
 
 
 @pytest.mark.parametrize("bad", [NAN, INF])

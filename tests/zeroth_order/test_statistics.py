@@ -14,6 +14,7 @@ import pytest
 from jaxopt_suite.zeroth_order import (
     cv_zod_estimate,
     gaussian_smoothing_estimate,
+    hint_basis,
     scale_by_cv_zod,
     spsa_estimate,
     szo_estimate,
@@ -82,6 +83,10 @@ def _hints(g, key):
         "orthogonal to g": {
             "x": (lambda n: n - (n @ g) / (g @ g) * g)(jax.random.normal(keys[2], (dim,)))
         },
+        # a direction with a non-finite entry counts as absent (it made every estimate NaN)
+        "subspace k=3, one direction non-finite": {
+            "x": jax.random.normal(keys[1], (dim, 3)).at[0, 1].set(jnp.nan)
+        },
     }
 
 
@@ -99,8 +104,56 @@ def test_cv_zod_unbiased_for_any_hint(hint_name):
             ).grad
 
         samples = np.asarray(_draws(estimate, draws=10_000)["x"], np.float64)
+        assert np.all(np.isfinite(samples))  # assert_array_less passes NaN against NaN
         tolerance = Z * samples.std(0, ddof=1) / np.sqrt(samples.shape[0])
         np.testing.assert_array_less(np.abs(samples.mean(0) - np.asarray(g)), tolerance)
+
+
+def test_cv_zod_non_finite_hint_directions_count_as_absent():
+    value_fn, grad_fn = quadratic(12)
+    params = {"x": jnp.linspace(-1.0, 2.0, 12)}
+    g = grad_fn(params)["x"]
+    # the gradient, a direction with an overflowed entry, then another finite one
+    hint = {"x": jnp.stack([g, jnp.ones(12).at[3].set(jnp.inf), jnp.ones(12)], axis=1)}
+    basis = jax.jit(hint_basis)(params, hint)
+    chex.assert_tree_all_finite(basis)
+    np.testing.assert_array_equal(basis[:, 1], 0.0)
+    # the finite columns keep their span: an orthonormal basis of [g, 1]
+    finite = basis[:, [0, 2]]
+    np.testing.assert_allclose(finite.T @ finite, np.eye(2), atol=1e-6)
+    np.testing.assert_allclose(finite @ (finite.T @ g), g, rtol=1e-5, atol=1e-5)
+    estimate = jax.jit(
+        lambda k: cv_zod_estimate(value_fn, params, hint, k, num_directions=4, sigma=1e-2)
+    )(jax.random.key(0))
+    chex.assert_tree_all_finite(estimate.grad)
+    assert float(estimate.coefficients[1]) == 0.0
+    # g is in the finite span: the reference is the gradient, the estimate exact
+    np.testing.assert_allclose(estimate.grad["x"], g, rtol=1e-3, atol=1e-3)
+
+
+def test_cv_zod_adaptive_averages_skip_non_finite_estimates():
+    # one NaN probe loss made the averages NaN for good: alpha^2 = NaN never passed the
+    # decision, so the hint was never queried again, even when it was the exact gradient
+    value_fn, grad_fn = quadratic()
+    params = {"x": jnp.ones(8)}
+    hint = grad_fn(params)  # the exact gradient: alpha^2 = 1, every step queries it
+    transform = scale_by_cv_zod(jax.random.key(0), num_directions=4, sigma=1e-2)
+
+    @jax.jit
+    def update(state, offset):
+        shifted = lambda p: value_fn(p) + offset  # noqa: E731
+        return transform.update(params, state, params, value_fn=shifted, hint=hint)
+
+    state = transform.init(params)
+    for _ in range(3):
+        _, state = update(state, 0.0)
+    _, poisoned = update(state, jnp.nan)
+    chex.assert_trees_all_equal(
+        (poisoned.captured_ema, poisoned.total_ema), (state.captured_ema, state.total_ema)
+    )
+    grads, after = update(poisoned, 0.0)
+    np.testing.assert_allclose(after.step_scale, 1.0, rtol=1e-3)  # the hint was queried
+    np.testing.assert_allclose(grads["x"], hint["x"], rtol=1e-3, atol=1e-3)
 
 
 def _hint_with_quality(g, alpha, key):
