@@ -188,8 +188,9 @@ def dataset(name: str, task: dict, replicate: int = 0) -> tuple[object, dict]:
     )  # fmt: skip
     start = time.perf_counter()
     policy, metrics = train_behaviour(
-        env, prefs, jax.random.key(2 * replicate), config, sampling=BEHAVIOUR_SAMPLING
-    )
+        env, prefs, jax.random.key(2 * replicate), config,
+        sampling=task.get("behaviour_sampling", BEHAVIOUR_SAMPLING),
+    )  # fmt: skip
     seconds = time.perf_counter() - start
     data = envs.collect(
         env, policy, prefs, key=jax.random.key(2 * replicate + 1),

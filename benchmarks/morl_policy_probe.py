@@ -188,17 +188,21 @@ def _paired(ours, theirs) -> dict:
 
 def probe(
     task_name: str, labels, log=print, mass_constraint: bool = True, replicates=None,
-    variants=("aetdice", "aetdice_markov"),
+    variants=("aetdice", "aetdice_markov"), behaviour: dict | None = None,
 ) -> dict:  # fmt: skip
     """Scores on the suite's datasets and training keys, or with ``replicates`` (held out:
     ``>= LINEAR_SEEDS``) on those replicates of the data-making instead, replicate ``r`` with
     the training key ``fold_in(key(TRAIN_KEY), r)``; the suite's datasets still fix the reward
     normalisation and the utilities' parameters, as in :mod:`benchmarks.morl_probe`.
-    ``variants``: the AETDICE forms scored (:data:`VARIANTS`; ``"aetdice"`` always)."""
+    ``variants``: the AETDICE forms scored (:data:`VARIANTS`; ``"aetdice"`` always).
+    ``behaviour`` overrides the task's behaviour run (``behaviour_iterations``,
+    ``behaviour_sampling``: :func:`benchmarks.morl.dataset`) for every dataset, the suite's
+    included, so the normalisation and the utilities are read off data made that way."""
     variants = ["aetdice", *(v for v in variants if v != "aetdice")]
     task = M.TASKS[task_name]
     # every DICE method with or without the mass bound (:mod:`jaxopt_suite.rl.aetdice.dice`)
     task = dict(task, dice=dataclasses.replace(task["dice"], mass_constraint=mass_constraint))
+    task.update(behaviour or {})
     start = time.perf_counter()
     data, spread, _ = M.task_data(task_name, task)
     if replicates is None:
@@ -308,8 +312,30 @@ def main(argv=None) -> None:
         "--variants", default="aetdice,aetdice_markov",
         help=f"the AETDICE forms to score, among {list(VARIANTS)} ('aetdice' always)",
     )  # fmt: skip
+    parser.add_argument(
+        "--behaviour-iterations", type=int, default=None,
+        help="PPO iterations of the behaviour run behind every dataset (default: the suite's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--behaviour-sampling", default=None, choices=envs.PREFERENCE_SAMPLING,
+        help="how the behaviour run draws each slot's preference (default: the suite's)",
+    )  # fmt: skip
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    behaviour = {}
+    if args.behaviour_iterations is not None:
+        if args.task == "mo_balance" or args.behaviour_iterations < 1:
+            raise ValueError(
+                f"--behaviour-iterations must be >= 1 on a Brax task (the balance task's "
+                f"behaviour is scripted), got {args.behaviour_iterations} on {args.task}"
+            )
+        behaviour["behaviour_iterations"] = args.behaviour_iterations
+    if args.behaviour_sampling is not None:
+        if args.task == "mo_balance":
+            raise ValueError("--behaviour-sampling is for a Brax task (the balance task's "
+                             "behaviour is scripted)")  # fmt: skip
+        behaviour["behaviour_sampling"] = args.behaviour_sampling
+    behaviour = behaviour or None
     replicates = None
     if args.replicates is not None:
         replicates = [int(r) for r in args.replicates.split(",")]
@@ -331,7 +357,7 @@ def main(argv=None) -> None:
         )
     results = probe(
         args.task, labels, mass_constraint=not args.without_mass_bound, replicates=replicates,
-        variants=variants,
+        variants=variants, behaviour=behaviour,
     )  # fmt: skip
     with open(args.out, "w") as f:
         json.dump(
@@ -339,7 +365,8 @@ def main(argv=None) -> None:
              "environment": environment(), "task": args.task,
              "seeds": M.SEEDS if replicates is None else len(replicates),
              "mass_constraint": not args.without_mass_bound,
-             "replicates": replicates, "variants": variants, "results": results}, f, indent=1,
+             "replicates": replicates, "variants": variants, "behaviour": behaviour,
+             "results": results}, f, indent=1,
         )  # fmt: skip
 
 

@@ -194,6 +194,21 @@ def test_the_policy_probe_refuses_unknown_aetdice_variants(tmp_path):
     assert not out.exists()
 
 
+def test_the_policy_probe_takes_behaviour_settings_on_brax_tasks_only(tmp_path):
+    out = tmp_path / "x.json"
+    with pytest.raises(ValueError, match=r"--behaviour-iterations must be >= 1 on a Brax"):
+        morl_policy_probe.main(["--task", "mo_balance", "--behaviour-iterations", "400",
+                                "--out", str(out)])  # fmt: skip
+    with pytest.raises(ValueError, match=r"--behaviour-iterations must be >= 1 .* got 0"):
+        morl_policy_probe.main(["--behaviour-iterations", "0", "--out", str(out)])
+    with pytest.raises(ValueError, match=r"--behaviour-sampling is for a Brax task"):
+        morl_policy_probe.main(["--task", "mo_balance", "--behaviour-sampling", "rows",
+                                "--out", str(out)])  # fmt: skip
+    with pytest.raises(SystemExit):  # argparse's choices
+        morl_policy_probe.main(["--behaviour-sampling", "hull", "--out", str(out)])
+    assert not out.exists()
+
+
 def test_the_anchor_probe_refuses_negative_replicates(tmp_path):
     out = tmp_path / "x.json"
     with pytest.raises(ValueError, match=r"--replicates must be >= 0, got \[0, -1\]"):
