@@ -17,6 +17,16 @@ weight on that objective and their mean return on it (1: the more weight, the mo
     PYTHONPATH=. python -m benchmarks.morl_behaviour_probe --task mo_halfcheetah \\
         --iterations 80,400 --sampling mixture,rows \\
         --out benchmarks/results/probes/morl_behaviour_halfcheetah.json
+
+(and ``--task mo_hopper --iterations 60,400``; ``probes/morl_behaviour_*.json``, this module at
+c971a9b, replicate 0, with the suite's action noise.) At the suite's setting the halfcheetah
+data hardly tells its preferences apart: the rows' mean run returns range over 96 .. 150 and
+their energy returns over 73 .. 79, and the more weight a row puts on running, the less it
+runs (rank correlation -0.3; the all-run row runs least of all). 400 iterations order both
+objectives by their weight (rank correlation 0.7 with either sampling) and widen the run
+returns to a range of 78 (mixture) or 96 (rows), while the energy returns still span 7 or
+less. The hopper's forward and height returns follow their weights at the suite's 60
+iterations already (0.93 and 0.93), its energy returns do not (-0.34; spread 6).
 """
 
 from __future__ import annotations
