@@ -111,6 +111,20 @@ committed ``morl.json`` SER cells) it loses on every SER objective, Markov minus
 Over 10 steps the time input carries the finite horizon's end, which the policy uses; so
 neither form is better everywhere, and the default stays the augmented state.
 
+Behaviour data whose preferences act apart (``--behaviour-iterations 400
+--behaviour-sampling rows``: every dataset, the suite's five included, from a PPO behaviour run
+that orders both objectives by their weights, :mod:`benchmarks.morl_behaviour_probe`;
+``probes/morl_nash_halfcheetah_behaviour400.json``, this module at b20e761, the suite's 3
+keys, 49 min here while other work ran). The utilities are read off that data, so the scores
+do not compare with the suite's. Paired margins of AETDICE to the best baseline (mean, SE):
+
+* Nash SER: +0.0032 (0.0033) over BC(P), two keys of three higher;
+* Nash ESR: +0.0034 (0.0037) over OptiDICE, two keys of three higher.
+
+On the suite's data both margins are negative (-0.0066 and -0.0151 at cdc44da), ESR's
+systematically so on held-out replicates (above). With the wider data they are positive,
+within one standard error.
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
@@ -138,6 +152,10 @@ neither form is better everywhere, and the default stays the augmented state.
         --objectives nash/ser,tchebycheff/ser,threshold/ser,risk_averse/ser \\
         --variants aetdice,aetdice_markov \\
         --out benchmarks/results/probes/morl_markov_balance_ser.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
+        --objectives nash/ser,nash/esr --variants aetdice --behaviour-iterations 400 \\
+        --behaviour-sampling rows \\
+        --out benchmarks/results/probes/morl_nash_halfcheetah_behaviour400.json
 """
 
 from __future__ import annotations
