@@ -12,7 +12,8 @@ Each rule maps the stacked worker updates (a pytree whose leaves have a leading 
   squared distance to its ``n - f - 2`` nearest others is smallest (Blanchard et al., 2017);
   needs ``n > 2f + 2``.
 * :func:`geometric_median`: Weiszfeld's iteration for ``argmin_z sum_i ||g_i - z||``, with
-  distances floored at ``eps`` (Pillutla et al., 2022).
+  distances floored at ``eps`` (Pillutla et al., 2022) and Vardi & Zhang's (2000) step
+  off a row the iterate sits on.
 * :func:`centered_clipping`: ``v <- v + (1/n) sum_i (g_i - v) min(1, tau / ||g_i - v||)``
   from the previous aggregate (Karimireddy, He & Jaggi, 2021).
 * :func:`sign_majority`: ``sign(sum_i sign(g_i))`` (signSGD with majority vote, Bernstein
@@ -32,6 +33,7 @@ the sign vote counts a NaN as an abstention. The mean, which is not robust, pass
 from __future__ import annotations
 
 import inspect
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_finite_positive, check_integer, check_real
+from jaxopt_suite._checks import check_integer, check_scalar
 
 AGGREGATORS = (
     "mean",
@@ -184,22 +186,36 @@ def krum(updates: Any, num_byzantine: int) -> Any:
 
 
 def _check_geometric_median(iterations: Any, eps: Any) -> int:
-    """``iterations`` (>= 1) as an int; ``eps`` finite and > 0: it floors the distances that
-    Weiszfeld's weights divide by (0 lets a row that sits on the iterate give 1/0, inf
-    makes every weight 0 and the step 0/0)."""
-    check_finite_positive("eps", eps)
+    """``iterations`` (>= 1) as an int; ``eps`` one number, finite and > 0: it floors the
+    distances that Weiszfeld's weights divide by (0 lets a row that sits on the iterate
+    give 1/0, inf makes every weight 0 and the step 0/0; an array floored each worker's
+    distance by its own entry)."""
+    check_scalar("eps", eps, "be finite and > 0", lambda v: 0.0 < v < math.inf)
     return check_integer("iterations", iterations, 1)
 
 
 def _check_centered_clipping(tau: Any, iterations: Any) -> int:
-    """``iterations`` (>= 1) as an int; ``tau`` > 0 (the clipping radius: at 0 or below
-    the step is 0 or reversed; inf is the mean, no clipping)."""
-    check_real("tau", tau, "be > 0", lambda v: v > 0.0)
+    """``iterations`` (>= 1) as an int; ``tau`` one number > 0 (the clipping radius: at 0
+    or below the step is 0 or reversed; inf is the mean, no clipping; an array clipped
+    each coordinate's step by its own entry, a list failed inside)."""
+    check_scalar("tau", tau, "be > 0", lambda v: v > 0.0)
     return check_integer("iterations", iterations, 1)
 
 
 def geometric_median(updates: Any, iterations: int = 100, eps: float = 1e-8) -> Any:
-    """Weiszfeld's iteration from the coordinate median, ``iterations`` steps."""
+    """Weiszfeld's iteration from the coordinate median, ``iterations`` steps, with the
+    modification of Vardi & Zhang (2000) at an iterate that sits on rows.
+
+    Weiszfeld's step ``T(y) = sum_i w_i g_i / sum_i w_i``, ``w_i = 1 / max(|g_i - y|,
+    eps)``, cannot leave a row it sits on: the floored distance gives that row the weight
+    ``1 / eps``, and the step lands back on it (in float32, exactly). The start, the
+    coordinate median, is often a row (an odd count of workers), so rows ``(5, 5), (4,
+    -5), (15, 6)`` returned ``(5, 5)``, not the median ``(6.32, 3.68)``. At an iterate
+    within ``eps`` of ``eta`` rows the step is ``max(0, 1 - eta / r) T~(y) + min(1, eta /
+    r) y``, ``T~`` Weiszfeld's step over the other rows and ``r = |sum_i (g_i - y) / |g_i
+    - y||`` over them: it stays only where ``r <= eta``, which is where the median is that
+    row (there Weiszfeld's step is kept: it stays within ``eps`` of the row). Every other
+    iterate takes Weiszfeld's step as computed before."""
     iterations = _check_geometric_median(iterations, eps)
     M, unravel = stack(updates)
     dtype = M.dtype
@@ -211,9 +227,19 @@ def geometric_median(updates: Any, iterations: int = 100, eps: float = 1e-8) -> 
     M_finite = jnp.where(finite[:, None], M, 0.0)
 
     def step(z, _):
-        distance = jnp.maximum(jnp.linalg.norm(M_finite - z[None, :], axis=1), eps)
+        raw = jnp.linalg.norm(M_finite - z[None, :], axis=1)
+        distance = jnp.maximum(raw, eps)
         weight = jnp.where(finite, 1.0 / distance, 0.0)
-        return weight @ M_finite / jnp.sum(weight), None
+        weiszfeld = weight @ M_finite / jnp.sum(weight)
+        # Vardi-Zhang, at an iterate on rows (their count eta, each of weight 1)
+        on = finite & (raw <= eps)
+        others = jnp.where(on, 0.0, weight)
+        eta = jnp.sum(on, dtype=M.dtype)
+        r = jnp.linalg.norm(others @ (M_finite - z[None, :]))
+        share = eta / r  # inf when no other row pulls (r = 0)
+        moved = (1.0 - share) * (others @ M_finite / jnp.sum(others)) + share * z
+        # share >= 1: the median is that row, where Weiszfeld's step stays (within eps)
+        return jnp.where((eta > 0) & (share < 1.0), moved, weiszfeld), None
 
     z, _ = jax.lax.scan(step, jnp.nanmedian(M, axis=0), None, length=iterations)
     return unravel(z.astype(dtype))

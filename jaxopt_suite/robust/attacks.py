@@ -76,7 +76,14 @@ def make_attack(
     if name == "sign_flip":
         return Attack(name, lambda key, own, honest: -scale * own)
     if name == "gaussian":
-        return Attack(name, lambda key, own, honest: std * jax.random.normal(key, own.shape))
+        # float32 noise (float64 for float64 updates): the default float64 under
+        # jax_enable_x64 drew other noise than without it
+        return Attack(
+            name,
+            lambda key, own, honest: (
+                std * jax.random.normal(key, own.shape, jnp.promote_types(own.dtype, jnp.float32))
+            ),
+        )
     if name == "label_flip":
         return Attack(name, lambda key, own, honest: own, flips_labels=True)
     if name == "alie":

@@ -90,6 +90,7 @@ with worker momentum they are a slowly moving average, honest scores spread, and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -98,7 +99,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxopt_suite._checks import check_finite_positive, check_integer, check_key
+from jaxopt_suite._checks import check_finite_positive, check_integer, check_key, check_scalar
 from jaxopt_suite.robust.aggregators import stack
 from jaxopt_suite.zeroth_order._common import directional_differences, flat_plus, flat_view
 
@@ -140,8 +141,12 @@ def directions(key, message_id, dim: int, num_directions: int) -> Directions:
     if not 1 <= num_directions <= P:
         raise ValueError(f"num_directions must lie in [1, {P}] for {dim} parameters")
     k_signs, k_rows = jax.random.split(jax.random.fold_in(key, message_id))
-    signs = jax.random.rademacher(k_signs, (P,), jnp.float32)
-    first = jax.random.randint(k_rows, (), 0, P) if num_directions < P else 0
+    # rademacher's bernoulli(0.5) draws in the default float dtype: float64 under
+    # jax_enable_x64, other directions; a float32 probability draws as without x64
+    signs = jnp.where(jax.random.bernoulli(k_signs, jnp.float32(0.5), (P,)), 1.0, -1.0)
+    signs = signs.astype(jnp.float32)
+    # int32 draws, as without jax_enable_x64 (an int64 draw picks another first row)
+    first = jax.random.randint(k_rows, (), 0, P, jnp.int32) if num_directions < P else 0
     rows = ((first + jnp.arange(num_directions)) % P).astype(jnp.int32)
     return Directions(signs, rows)
 
@@ -211,7 +216,13 @@ def check_smoothing(smoothing) -> None:
 
 def default_schedules(alpha: float, beta: float, t0: float = 1000.0) -> tuple[Schedule, Schedule]:
     """``(alpha_t, beta_t)``: ``alpha / (1 + t / t0)^0.75`` and ``beta / (1 + t / t0)^0.55``
-    (see the module docstring)."""
+    (see the module docstring). ``alpha``, ``beta`` and ``t0`` must be single numbers,
+    finite, ``beta`` and ``t0`` > 0 and ``alpha`` >= 0 (0 holds the parameters still, to
+    watch the tracker alone): a negative step ascends the loss or pushes the tracker away
+    from the workers' medians, ``t0 = 0`` gives ``0 / 0`` at ``t = 0``."""
+    check_scalar("alpha", alpha, "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
+    for name, value in (("beta", beta), ("t0", t0)):
+        check_scalar(name, value, "be finite and > 0", lambda v: 0.0 < v < math.inf)
 
     def alpha_t(t):
         return alpha / (1.0 + t / t0) ** 0.75
@@ -407,9 +418,16 @@ def scale_by_far_sign(
 
     is the slow step once per round.
 
+    A numeric ``beta`` must be finite and > 0; a schedule's values are not checked (they
+    are computed inside ``update``, often traced): a schedule from
+    :func:`default_schedules` has checked arguments, any other must stay finite and > 0
+    itself.
+
     ``screen`` (the threshold ``kappa > 1``) puts the fast steps behind the screen of the
     module docstring; it needs ``num_workers``, and the workers' index on the stacked axis
     is the one the screen records them under.
+
+    The update has the parameters' dtypes (the tracker is float32).
     """
     check_key(key)
     K = check_integer("num_directions", num_directions, 1)
@@ -457,7 +475,12 @@ def scale_by_far_sign(
             lambda signs, rows: subspace_step(server.tracker, Directions(signs, rows))
         )(used.signs, used.rows)
         step = jnp.mean(steps, axis=0)
-        return unravel(step[: G.shape[1]]), FarSignState(server, state.key)
+        # in the parameters' dtypes: the float32 step came back float32 for bfloat16 or
+        # float64 parameters
+        out = jax.tree.map(
+            lambda u, p: u.astype(jnp.result_type(p)), unravel(step[: G.shape[1]]), params
+        )
+        return out, FarSignState(server, state.key)
 
     return optax.GradientTransformation(init, update)
 

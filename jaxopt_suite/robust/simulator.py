@@ -116,13 +116,16 @@ class Cluster:
 
 
 def _compute_time(cluster: Cluster, means: jax.Array, worker, key) -> jax.Array:
+    """A compute time of ``worker``, in the dtype of ``means`` (float32: the clocks' dtype;
+    under ``jax_enable_x64`` a default draw was float64, and the float32 clock carried
+    through the loops became float64)."""
     mean = means[worker]
     if cluster.delay == "fixed":
         return mean
     if cluster.delay == "exponential":
-        return mean * jax.random.exponential(key)
+        return mean * jax.random.exponential(key, dtype=means.dtype)
     s = cluster.lognormal_sigma
-    return mean * jnp.exp(s * jax.random.normal(key) - 0.5 * s * s)
+    return mean * jnp.exp(s * jax.random.normal(key, dtype=means.dtype) - 0.5 * s * s)
 
 
 # the bits of a FAR-SIGN message's id (its directions are regenerated from it)
@@ -168,7 +171,8 @@ def _check_data(cluster, x, y):
 
 
 def _batch(cluster, x, y, worker, key, flip, num_classes):
-    idx = jax.random.randint(key, (cluster.batch_size,), 0, x.shape[1])
+    # int32 draws, as without jax_enable_x64 (an int64 draw picks other samples)
+    idx = jax.random.randint(key, (cluster.batch_size,), 0, x.shape[1], jnp.int32)
     labels = y[worker][idx]
     if num_classes is not None:
         labels = jnp.where(flip, num_classes - 1 - labels, labels)
@@ -187,10 +191,10 @@ def run_async(
     key,
     record_every: int = 100,
     num_directions: int = 64,
-    alpha: float | Callable = 0.05,
-    beta: float | Callable = 0.01,
-    learning_rate: float | Callable = 0.05,
-    smoothing: float = 1e-3,
+    alpha: float | Callable | None = None,
+    beta: float | Callable | None = None,
+    learning_rate: float | Callable | None = None,
+    smoothing: float | None = None,
     num_classes: int | None = None,
     parallel_events: int | None = None,
     worker_momentum: float = 0.0,
@@ -200,9 +204,11 @@ def run_async(
 
     ``loss_fn(params, (x_batch, y_batch))`` is a worker's loss; ``data = (x, y)`` the
     shards with a leading worker axis. ``far_sign``: ``num_directions`` bits per message,
-    step sizes ``alpha`` (slow) and ``beta`` (fast), numbers or schedules of the server's
-    update count; ``far_sign_zo`` adds ``smoothing``; ``sgd``: ``learning_rate``.
-    ``num_classes`` is needed by the label-flip attack.
+    step sizes ``alpha`` (slow, default 0.05) and ``beta`` (fast, default 0.01), numbers or
+    schedules of the server's update count; ``far_sign_zo`` adds ``smoothing`` (default
+    1e-3); ``sgd``: ``learning_rate`` (default 0.05). A step size or ``smoothing`` that
+    the protocol does not use is refused, not ignored. ``num_classes`` is needed by the
+    label-flip attack.
 
     ``worker_momentum`` ``mu`` in ``[0, 1)`` (first-order protocols): each worker keeps
     ``m <- mu m + (1 - mu) g`` over its own gradients (``m = g`` at its first message) and
@@ -235,6 +241,9 @@ def run_async(
     # an upload: D float32 coordinates, or a FAR-SIGN message's K sign bits and the 32-bit
     # id its directions are regenerated from
     bits = 32 * D if protocol == "sgd" else K + MESSAGE_ID_BITS
+    alpha, beta, learning_rate, smoothing = _protocol_settings(
+        protocol, alpha=alpha, beta=beta, learning_rate=learning_rate, smoothing=smoothing
+    )
     steps = {
         name: _step_sizes(name, value, events)
         for name, value in (("alpha", alpha), ("beta", beta), ("learning_rate", learning_rate))
@@ -262,6 +271,35 @@ def run_async(
     )
     out = fn(flat0, x, y, key, steps["alpha"], steps["beta"], steps["learning_rate"], tunables)
     return Trace(*out, bits_per_message=bits)
+
+
+# run_async's protocol settings: which protocols use each, and its default
+_PROTOCOL_SETTINGS = {
+    "alpha": (("far_sign", "far_sign_zo"), 0.05),
+    "beta": (("far_sign", "far_sign_zo"), 0.01),
+    "learning_rate": (("sgd",), 0.05),
+    "smoothing": (("far_sign_zo",), 1e-3),
+}
+
+
+def _protocol_settings(protocol: str, **given) -> tuple:
+    """``given``'s settings (``None``: not given) with the defaults of
+    :data:`_PROTOCOL_SETTINGS` filled in, in its order; a setting given to a protocol that
+    does not use it is refused (``learning_rate`` under FAR-SIGN, ``alpha`` under SGD: it
+    was silently ignored). The unused ones keep their defaults: the compiled loop takes
+    every setting as an argument."""
+    values = []
+    for name, (protocols, default) in _PROTOCOL_SETTINGS.items():
+        value = given[name]
+        if value is not None and protocol not in protocols:
+            uses = ", ".join(n for n, (p, _) in _PROTOCOL_SETTINGS.items() if protocol in p)
+            raise ValueError(
+                f"{name} applies to the {' and '.join(protocols)} protocol"
+                f"{'s' if len(protocols) > 1 else ''} only, got {name}={value!r} with "
+                f"protocol={protocol!r} (it takes {uses})"
+            )
+        values.append(default if value is None else value)
+    return tuple(values)
 
 
 def _step_sizes(name: str, value, count: int) -> jax.Array:
@@ -413,7 +451,7 @@ def _run_async_jit(
 
         def one(k):
             k_worker, k_batch = jax.random.split(k)
-            worker = jax.random.randint(k_worker, (), f, n)
+            worker = jax.random.randint(k_worker, (), f, n, jnp.int32)
             return grad_flat(flat, _batch(cluster, x, y, worker, k_batch, False, num_classes))
 
         return jax.vmap(one)(keys)
@@ -503,7 +541,8 @@ def _run_async_jit(
             slots = a + jnp.arange(width, dtype=jnp.int32)
             idx = jnp.minimum(slots, events - 1)
             ready = (plan.started[idx] <= a) & (slots < end)
-            m = jnp.sum(jnp.cumprod(ready.astype(jnp.int32)))
+            # int32 as the event counter it advances (the default int64 under x64)
+            m = jnp.sum(jnp.cumprod(ready.astype(jnp.int32)), dtype=jnp.int32)
             if width == 1:
                 i = plan.worker[a]
                 msg, v = message(a, snapshot[i], residual[i], momenta[i], seen[_seen_row(i)])
@@ -547,14 +586,16 @@ def _run_async_jit(
             return state, (state[1], plan.clock[end - 1])
 
         ids = jnp.arange(n, dtype=jnp.int32)
+        # momenta in the gradients' dtype, at least float32 (bfloat16 ones in float32)
+        acc = jnp.promote_types(flat0.dtype, jnp.float32)
         init = (
             jnp.zeros((), jnp.int32),
             flat0,
             server,
             jnp.broadcast_to(flat0, (n, D)),
             jax.vmap(lambda i: assign(server, i))(ids),
-            jnp.zeros((n, D) if momentum else (n, 1), jnp.float32),
-            jnp.zeros((max(f, 1), n - f, D) if momentum else (1, 1, 1), jnp.float32),
+            jnp.zeros((n, D) if momentum else (n, 1), acc),
+            jnp.zeros((max(f, 1), n - f, D) if momentum else (1, 1, 1), acc),
         )
         _, (params, times) = jax.lax.scan(
             chunk, init, jnp.arange(events // record_every, dtype=jnp.int32)
@@ -687,7 +728,9 @@ def _run_sync_jit(
             carry, records = jax.lax.scan(round_, carry, jax.random.split(chunk_key, record_every))
             return carry, (records, carry[0], carry[2], carry[3])
 
-        momenta = jnp.zeros((n, flat0.shape[0]) if mu else (n, 1), jnp.float32)
+        # momenta in the gradients' dtype, at least float32 (bfloat16 ones in float32)
+        acc = jnp.promote_types(flat0.dtype, jnp.float32)
+        momenta = jnp.zeros((n, flat0.shape[0]) if mu else (n, 1), acc)
         init = (flat0, jnp.zeros_like(flat0), jnp.float32(0.0), jnp.zeros((), jnp.int32), momenta)
         _, (records, params, times, steps) = jax.lax.scan(
             chunk, init, jax.random.split(key, rounds // record_every)

@@ -1,5 +1,7 @@
 """Robust aggregators against numpy references; attacks; tolerance errors."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -309,3 +311,77 @@ def test_good_options_are_bound_and_traced_ones_pass(key):
     np.testing.assert_allclose(
         _vec(got), _vec(geometric_median(U, iterations=5)), rtol=1e-5, atol=1e-6
     )
+
+
+def _median_objective_reference(M):
+    """The least ``sum_i |g_i - z|`` in float64, and where: Nelder-Mead from the mean, and
+    every row (the minimiser may sit on one, where the objective has a kink)."""
+    M = np.asarray(M, np.float64)
+
+    def total(z):
+        return float(np.sum(np.linalg.norm(M - z, axis=1)))
+
+    options = {"xatol": 1e-12, "fatol": 1e-14, "maxiter": 20_000, "maxfev": 40_000}
+    fitted = minimize(total, M.mean(0), method="Nelder-Mead", options=options).x
+    return min((total(z), tuple(z)) for z in [fitted, *M])
+
+
+def test_geometric_median_leaves_a_row_it_starts_on_unless_the_median_is_there():
+    # the start, the coordinate median, was row 0: its distance floored at eps gave it the
+    # weight 1e8 and every Weiszfeld step landed back on it (20.0998 against 19.8362)
+    P = np.array([[5.0, 5.0], [4.0, -5.0], [15.0, 6.0]], np.float32)
+    best, where = _median_objective_reference(P)
+    for iterations in (100, 1000):
+        z = np.asarray(geometric_median(jnp.asarray(P), iterations=iterations), np.float64)
+        np.testing.assert_allclose(z, where, atol=1e-4)
+        np.testing.assert_allclose(np.linalg.norm(P - z, axis=1).sum(), best, rtol=1e-6)
+    np.testing.assert_allclose(where, [6.3245735, 3.6754265], atol=1e-6)
+    # Byzantine rows with non-finite entries still count for nothing, here too
+    wild = np.concatenate([P, [[np.nan, 0.0], [np.inf, -np.inf]]]).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(geometric_median(jnp.asarray(wild))), where, atol=1e-4)
+    # where the median is a row (the others' unit vectors sum to less than its count), it
+    # stays there
+    on = np.array([[1.0, 1.0], [1.0, 1.0], [2.0, 1.0], [1.0, 3.0], [-4.0, 1.0]], np.float32)
+    np.testing.assert_array_equal(np.asarray(geometric_median(jnp.asarray(on))), [1.0, 1.0])
+
+
+def test_geometric_median_matches_a_float64_reference_where_the_start_is_a_row():
+    # small integer rows, an odd count: the coordinate median is often a row (and every
+    # other case is made so: row 0 set to the others' coordinate median), and where the
+    # median is not there the iteration stayed on it
+    rng = np.random.default_rng(1)
+    gm = jax.jit(geometric_median)
+    started_on_a_row = 0
+    for case in range(40):
+        n, d = int(rng.choice([3, 5, 7])), int(rng.integers(2, 4))
+        P = rng.integers(-6, 7, size=(n, d)).astype(np.float32)
+        if case % 2:
+            P[0] = np.median(P[1:], axis=0)
+        started_on_a_row += bool((np.abs(P - np.median(P, axis=0)).max(1) == 0).any())
+        best, _ = _median_objective_reference(P)
+        z = np.asarray(gm(jnp.asarray(P)), np.float64)
+        assert np.linalg.norm(P - z, axis=1).sum() <= best * (1 + 1e-6) + 1e-6, P
+    assert started_on_a_row >= 20
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "shape"),
+    [
+        ("centered_clipping", {"tau": np.array([1.0, 100.0])}, (2,)),
+        ("centered_clipping", {"tau": [1.0, 100.0]}, (2,)),
+        ("geometric_median", {"eps": np.full(N, 1e-8)}, (N,)),
+        ("geometric_median", {"eps": (1e-8,)}, (1,)),
+    ],
+)
+def test_tau_and_eps_must_be_single_numbers(key, name, options, shape):
+    # an array tau clipped each coordinate's step by its own entry (an eps floored each
+    # worker's distance by its own), and a list failed with a TypeError inside the step
+    message = f"{next(iter(options))} must be a scalar, got shape {re.escape(str(shape))}"
+    U = _updates(key)
+    rule = {"centered_clipping": centered_clipping, "geometric_median": geometric_median}[name]
+    with pytest.raises(ValueError, match=message):
+        rule(U, **options)
+    with pytest.raises(ValueError, match=message):
+        make_aggregator(name, num_workers=N, num_byzantine=F, **options)
+    # a 0-d array is one number
+    make_aggregator(name, num_workers=N, num_byzantine=F, **{k: np.float32(1.0) for k in options})

@@ -382,3 +382,56 @@ def test_a_message_counts_by_its_signs():
     _, ones = fs.server_step(params, fs.server_init(params), d, jnp.ones(4), 0.0, 0.1)
     np.testing.assert_array_equal(huge.tracker, ones.tracker)
     assert float(jnp.linalg.norm(huge.tracker)) <= 0.1 * 2.0 + 1e-6  # beta sqrt(K)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ((0.05, -0.01), "beta must be finite and > 0, got -0.01"),
+        ((0.05, 0.01, 0.0), "t0 must be finite and > 0, got 0.0"),
+        ((0.05, 0.01, -5.0), "t0 must be finite and > 0, got -5.0"),
+        ((float("nan"), 0.01), "alpha must be finite and >= 0, got nan"),
+        ((-0.05, 0.01), "alpha must be finite and >= 0, got -0.05"),
+        ((0.05, 0.0), "beta must be finite and > 0, got 0.0"),
+        ((0.05, float("inf")), "beta must be finite and > 0, got inf"),
+        ((np.array([0.05, 0.1]), 0.01), r"alpha must be a scalar, got shape \(2,\)"),
+    ],
+)
+def test_default_schedules_checks_its_arguments(arguments, message):
+    # a negative beta pushed the tracker away from the medians, t0 = 0 made every step NaN
+    # (0 / 0 at t = 0), and scale_by_far_sign does not check a schedule's values
+    with pytest.raises(ValueError, match=message):
+        fs.default_schedules(*arguments)
+
+
+def test_default_schedules_values():
+    alpha_t, beta_t = fs.default_schedules(0.05, 0.01, t0=10.0)
+    t = jnp.arange(0, 100, 7, dtype=jnp.int32)
+    np.testing.assert_allclose(alpha_t(t), 0.05 / (1 + np.asarray(t) / 10.0) ** 0.75, rtol=1e-6)
+    np.testing.assert_allclose(beta_t(t), 0.01 / (1 + np.asarray(t) / 10.0) ** 0.55, rtol=1e-6)
+    # alpha = 0 holds the parameters still (the tracker alone), as run_async allows
+    still, _ = fs.default_schedules(0.0, 0.01)
+    np.testing.assert_array_equal(still(t), np.zeros(t.shape))
+
+
+def test_the_transforms_update_has_the_parameters_dtypes(key):
+    # the tracker is float32, and the update came back float32 for bfloat16 (and float64)
+    # parameters: optax.apply_updates then promoted bfloat16 parameters to float32
+    params = {"a": jnp.zeros(4, jnp.bfloat16), "b": jnp.zeros((2, 3), jnp.float32)}
+    grads = {"a": jnp.ones((3, 4), jnp.bfloat16), "b": jnp.ones((3, 2, 3), jnp.float32)}
+    as_float32 = jax.tree.map(lambda p: p.astype(jnp.float32), params)
+    grads32 = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
+    for screen in ({}, {"screen": 2.0, "num_workers": 3}):
+        tx = fs.scale_by_far_sign(key, 2, **screen)
+        updates, _ = jax.jit(tx.update)(grads, tx.init(params), params)
+        assert jax.tree.map(lambda u: u.dtype, updates) == {"a": jnp.bfloat16, "b": jnp.float32}
+        reference, _ = tx.update(grads32, tx.init(as_float32), as_float32)
+        np.testing.assert_array_equal(updates["b"], reference["b"])
+        np.testing.assert_array_equal(updates["a"], reference["a"].astype(jnp.bfloat16))
+        new = optax.apply_updates(params, updates)
+        assert new["a"].dtype == jnp.bfloat16
+    with jax.enable_x64(True):
+        params = {"w": jnp.zeros(4, jnp.float64)}
+        tx = fs.scale_by_far_sign(key, 2, beta=fs.default_schedules(0.05, 0.01)[1])
+        updates, _ = jax.jit(tx.update)({"w": jnp.ones((3, 4))}, tx.init(params), params)
+        assert updates["w"].dtype == jnp.float64

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -178,10 +179,10 @@ def test_messages_computed_in_waves_give_the_same_trace(key, protocol, attack, m
     screen = None
     if momentum == "screen":  # the server's screen instead of momentum
         momentum, screen = 0.0, 1.2
+    steps = {"learning_rate": 0.02} if protocol == "sgd" else {"alpha": 0.02, "beta": 0.02}
     kwargs = dict(
         protocol=protocol, attack=attack, events=600, record_every=200, key=key,
-        num_directions=4, alpha=0.02, beta=0.02, learning_rate=0.02, worker_momentum=momentum,
-        screen=screen,
+        num_directions=4, worker_momentum=momentum, screen=screen, **steps,
     )  # fmt: skip
     one = run_async(_loss, PARAMS, data, cluster, parallel_events=1, **kwargs)
     four = run_async(_loss, PARAMS, data, cluster, parallel_events=4, **kwargs)
@@ -628,3 +629,89 @@ def test_low_precision_parameters_and_infinite_timings(key):
     for field in ("mean_compute", "straggler_factor", "lognormal_sigma", "seconds_per_bit"):
         with pytest.raises(ValueError, match=f"{field} must be finite"):
             Cluster(num_workers=4, **{field: float("inf")}).checked()
+
+
+def test_runs_under_x64_as_without_it(key):
+    # under jax_enable_x64 the wave's event count summed to int64 against the int32 counter
+    # and the delays were drawn in float64 against the float32 clock: every run failed to
+    # trace. Now float32 parameters give the same trace, in the same dtypes, as without x64
+    data, _ = _regression(6, m=32)
+    cluster = Cluster(num_workers=6, num_byzantine=1, stragglers=1, batch_size=8)
+
+    def runs():
+        common = dict(events=40, record_every=20, key=key, num_directions=4, parallel_events=2)
+        return [
+            run_async(_loss, PARAMS, data, cluster, attack="alie", worker_momentum=0.5, **common),
+            run_async(_loss, PARAMS, data, cluster, attack="gaussian", screen=1.5, **common),
+            run_async(_loss, PARAMS, data, dataclasses.replace(cluster, delay="lognormal"),
+                      protocol="sgd", attack="gaussian", worker_momentum=0.5, **common),
+            run_sync(_loss, PARAMS, data, cluster, aggregator="centered_clipping", attack="alie",
+                     rounds=20, record_every=10, key=key, worker_momentum=0.5),
+            run_sync(_loss, PARAMS, data, cluster, aggregator="geometric_median",
+                     attack="sign_flip", rounds=20, record_every=10, key=key),
+        ]  # fmt: skip
+
+    plain = runs()
+    with jax.enable_x64(True):
+        wide = runs()
+    for a, b in zip(plain, wide, strict=True):
+        assert b.params.dtype == jnp.float32 and b.time.dtype == jnp.float32
+        for field in a._fields[:-1]:
+            assert getattr(b, field).dtype == getattr(a, field).dtype, field
+            np.testing.assert_array_equal(getattr(b, field), getattr(a, field), err_msg=field)
+
+    # float64 parameters (and data) under x64: the parameters stay float64
+    with jax.enable_x64(True):
+        wide_data = tuple(np.asarray(v, np.float64) for v in data)
+        params = {"w": jnp.zeros(DIM, jnp.float64)}
+        common = dict(key=key, worker_momentum=0.5, attack="alie")
+        for trace in (
+            run_async(_loss, params, wide_data, cluster, events=20, record_every=20,
+                      num_directions=4, **common),
+            run_async(_loss, params, wide_data, cluster, protocol="sgd", events=20,
+                      record_every=20, **common),
+            run_sync(_loss, params, wide_data, cluster, aggregator="geometric_median",
+                     rounds=10, record_every=10, **common),
+        ):  # fmt: skip
+            assert trace.params.dtype == jnp.float64 and trace.time.dtype == jnp.float32
+            assert bool(jnp.all(jnp.isfinite(trace.params)))
+
+
+@pytest.mark.parametrize(
+    ("protocol", "setting", "message"),
+    [
+        ("far_sign", {"learning_rate": 100.0},
+         r"learning_rate applies to the sgd protocol only, got learning_rate=100.0 with "
+         r"protocol='far_sign' \(it takes alpha, beta\)"),
+        ("far_sign", {"smoothing": 1e-2}, "smoothing applies to the far_sign_zo protocol only"),
+        ("far_sign_zo", {"learning_rate": 0.1}, "learning_rate applies to the sgd protocol only"),
+        ("sgd", {"alpha": 100.0},
+         r"alpha applies to the far_sign and far_sign_zo protocols only, got alpha=100.0 with "
+         r"protocol='sgd' \(it takes learning_rate\)"),
+        ("sgd", {"beta": lambda t: 0.01}, "beta applies to the far_sign and far_sign_zo"),
+        ("sgd", {"smoothing": 5.0}, "smoothing applies to the far_sign_zo protocol only"),
+    ],
+)  # fmt: skip
+def test_settings_the_protocol_does_not_use_are_refused(key, protocol, setting, message):
+    # they were silently ignored: learning_rate=100 under FAR-SIGN ran its defaults
+    data, _ = _regression(4)
+    cluster = Cluster(num_workers=4, stragglers=0)
+    with pytest.raises(ValueError, match=message):
+        run_async(
+            _loss, PARAMS, data, cluster, protocol=protocol, events=10, record_every=10,
+            key=key, num_directions=4, **setting,
+        )  # fmt: skip
+
+
+def test_protocol_settings_left_out_take_their_defaults(key):
+    data, _ = _regression(4)
+    cluster = Cluster(num_workers=4, stragglers=0)
+    common = dict(events=20, record_every=20, key=key, num_directions=4)
+    for protocol, defaults in (
+        ("far_sign", {"alpha": 0.05, "beta": 0.01}),
+        ("far_sign_zo", {"alpha": 0.05, "beta": 0.01, "smoothing": 1e-3}),
+        ("sgd", {"learning_rate": 0.05}),
+    ):
+        left_out = run_async(_loss, PARAMS, data, cluster, protocol=protocol, **common)
+        given = run_async(_loss, PARAMS, data, cluster, protocol=protocol, **defaults, **common)
+        np.testing.assert_array_equal(left_out.params, given.params)
