@@ -2,11 +2,16 @@
 
 Every solver is a :class:`Solver` with ``init(problem, x0, y0, key) -> BilevelState`` and a
 jittable ``step(state, (inner_batch, outer_batch)) -> BilevelState``; :func:`run` drives
-one as a ``lax.scan``. The upper-level update is any optax transformation (``outer``; a
+one as a ``lax.scan``. The upper-level update is an optax transformation (``outer``; a
 float means ``optax.sgd(outer)``), fed with the hypergradient estimate (SOBA) or its moving
-average (MA-SOBA, BROS). Variable names follow SOBA: ``v`` estimates
-``-[nabla^2_yy g]^{-1} nabla_y f``, so the hypergradient estimate is
-``nabla_x f + nabla^2_xy g v``.
+average (MA-SOBA, BROS), ``x``, and ``value=`` the outer loss at the current iterates on
+the step's outer batch (``f(x, y)``; the implicit reference's ``f(x, y*(x))``), which the
+step has computed anyway. Plain transformations and ones that read ``value`` (such as
+``optax.contrib.reduce_on_plateau``) work; line searches (``optax.lbfgs``), which also need
+``grad`` and ``value_fn``, are refused with an error naming ``outer``.
+
+Variable names follow SOBA: ``v`` estimates ``-[nabla^2_yy g]^{-1} nabla_y f``, so the
+hypergradient estimate is ``nabla_x f + nabla^2_xy g v``.
 
 Statuses instead of crashes: a step that produces a non-finite ``x``, ``y``, ``v`` or
 ``h`` sets ``state.status`` (a bit per variable) and ``state.failed_step``; :func:`run`
@@ -117,14 +122,33 @@ def _schedule(name: str, value: Schedule) -> Callable[[jax.Array], jax.Array]:
     return lambda count: jnp.asarray(value)
 
 
-def _outer(outer: Any) -> optax.GradientTransformation:
+def _outer(outer: Any) -> optax.GradientTransformationExtraArgs:
+    """``outer`` as a transformation that takes extra keyword arguments (``value=``); a plain
+    one ignores them."""
     if isinstance(outer, optax.GradientTransformation):
-        return outer
+        return optax.with_extra_args_support(outer)
     if callable(outer) and not isinstance(outer, numbers.Real):
-        return optax.sgd(outer)  # a schedule
+        return optax.with_extra_args_support(optax.sgd(outer))  # a schedule
     _schedule("outer", outer)
     # a traced step size (under jit or vmap) stays an array; a concrete one a float
-    return optax.sgd(outer if isinstance(outer, jax.core.Tracer) else float(outer))
+    step = outer if isinstance(outer, jax.core.Tracer) else float(outer)
+    return optax.with_extra_args_support(optax.sgd(step))
+
+
+def _outer_update(outer_tx, direction, outer_state, x, value):
+    """``outer_tx.update`` with ``value=`` the outer loss at ``x``; a transformation that
+    needs more (a line search's ``grad`` and ``value_fn``) gets an error naming ``outer``."""
+    try:
+        return outer_tx.update(direction, outer_state, x, value=value)
+    except TypeError as err:
+        if "required keyword-only argument" not in str(err):
+            raise
+        raise TypeError(
+            f"outer: the optax transformation needs arguments the solvers do not have ({err}); "
+            "its update gets the direction, its state, x and value= (the outer loss at x on "
+            "the step's batch) only, so line searches such as optax.lbfgs (grad=, value_fn=) "
+            "cannot drive x: use a first-order transformation (optax.sgd, optax.adam, ...)"
+        ) from err
 
 
 def _check_scalar(name: str, value: Any, expected: str, ok: Callable[[float], bool]) -> None:
@@ -149,7 +173,15 @@ def _tree_norm(tree: Any) -> jax.Array:
 
 
 def _tree_sum(tree: Any) -> jax.Array:
-    return sum((jnp.sum(leaf) for leaf in jax.tree.leaves(tree)), jnp.zeros([]))
+    """The sum of every entry, accumulated in at least float32 (a float16 sum overflows
+    past 65504)."""
+    return sum(
+        (
+            jnp.sum(leaf, dtype=jnp.promote_types(jnp.result_type(leaf), jnp.float32))
+            for leaf in jax.tree.leaves(tree)
+        ),
+        jnp.zeros([]),
+    )
 
 
 def _project_ball(v: Any, radius: float | None) -> Any:
@@ -204,7 +236,8 @@ def _single_loop(
         # Copies: a step jitted with a donated state must not consume the caller's x0 / y0.
         x0 = jax.tree.map(jnp.array, x0)
         y0 = jax.tree.map(jnp.array, y0)
-        dtype = jnp.result_type(*jax.tree.leaves(x0))
+        # at least float32: a loss of 123457.7 was stored as 123392 in bfloat16, inf in float16
+        dtype = jnp.promote_types(jnp.result_type(*jax.tree.leaves(x0)), jnp.float32)
         # Distinct buffers per field, so a donated state never donates one buffer twice.
         return BilevelState(
             x=x0,
@@ -242,9 +275,13 @@ def _single_loop(
         if average is None:
             h, direction = None, d_x
         else:
-            h = jax.tree.map(lambda a, d: (1.0 - average) * a + average * d, state.h, d_x)
+            h = jax.tree.map(
+                lambda a, d: ((1.0 - average) * a + average * d).astype(a.dtype), state.h, d_x
+            )
             direction = h
-        updates, outer_state = outer_tx.update(direction, state.outer_state, state.x)
+        updates, outer_state = _outer_update(
+            outer_tx, direction, state.outer_state, state.x, diagnostics["outer_loss"]
+        )
         x = optax.apply_updates(state.x, updates)
         bits = _nonfinite_bits(x=x, y=y, v=v, h=h)
         first = (state.status == OK) & (bits != OK)
@@ -288,8 +325,12 @@ def _full_space_directions(mode: HvpMode) -> Directions:
             grad_y, hv = grad_and_hvp(lambda y_: g(x, y_, inner_batch), y, v)
             cross = cross_term(g, x, y, v, inner_batch)
         f_value, (f_x, f_y) = jax.value_and_grad(problem.outer_loss, (0, 1))(x, y, outer_batch)
-        y_new = jax.tree.map(lambda a, d: a - beta * d, y, grad_y)
-        v_new = jax.tree.map(lambda a, hv_, fy: a - gamma * (hv_ + fy), v, hv, f_y)
+        # in each leaf's dtype: a step that is not weakly typed (a schedule, a NumPy float,
+        # a traced value) must not promote y or v (the scan's carry would change type)
+        y_new = jax.tree.map(lambda a, d: (a - beta * d).astype(a.dtype), y, grad_y)
+        v_new = jax.tree.map(
+            lambda a, hv_, fy: (a - gamma * (hv_ + fy)).astype(a.dtype), v, hv, f_y
+        )
         d_x = jax.tree.map(jnp.add, f_x, cross)
         return y_new, v_new, d_x, {"outer_loss": f_value}
 
@@ -314,7 +355,8 @@ def soba(
     Args:
       inner_lr: lower-level step (float or schedule of the step count).
       aux_lr: step of ``v`` (defaults to ``inner_lr``).
-      outer: optax transformation for ``x`` (a float means ``optax.sgd``).
+      outer: optax transformation for ``x`` (a float means ``optax.sgd``); its update also
+        gets ``value=`` (the outer loss on the step's batch), see the module's docstring.
       hvp_mode: ``"joint_vjp"`` (one VJP of ``grad_y g`` gives ``H v`` and the cross term,
         the usual SOBA oracle) or ``"forward_over_reverse"``.
     """
@@ -544,7 +586,10 @@ def bros_directions(
     # term, grad_x f, the other variable's coordinates) XLA keeps a full copy of y and v.
     # A zero-weighted dependence on all of them orders the reads first (an explicit
     # optimization_barrier does not: XLA still copies).
-    after = 0.0 * (_tree_sum(cross) + _tree_sum(f_x) + f_value + _tree_sum(s_y) + _tree_sum(s_v))
+    # The sum is taken in float32 and made finite first: a float16 sum overflowed to inf and
+    # 0 * inf put NaN into every step. A NaN in s_y or s_v still reaches y or v directly.
+    total = _tree_sum(cross) + _tree_sum(f_x) + _tree_sum(f_value) + _tree_sum(s_y) + _tree_sum(s_v)
+    after = 0.0 * jnp.nan_to_num(total)
     y_new = subspace.add_lifted(y, probes1, s_y, -beta + after)
     v_new = subspace.add_lifted(v, probes1, s_v, -gamma + after)
     d_x = jax.tree.map(jnp.add, f_x, cross)
@@ -598,7 +643,7 @@ def implicit_hypergradient(
 
         def body(_, y_):
             grads = jax.grad(g, 1)(x_, y_, batch)
-            return jax.tree.map(lambda a, d: a - inner_lr * d, y_, grads)
+            return jax.tree.map(lambda a, d: (a - inner_lr * d).astype(a.dtype), y_, grads)
 
         return jax.lax.fori_loop(0, inner_steps, body, y0)
 

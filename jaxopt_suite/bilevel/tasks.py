@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 from jaxopt_suite import datasets
-from jaxopt_suite._checks import check_finite_nonnegative, check_real
+from jaxopt_suite._checks import check_finite_nonnegative, check_real, check_widths
 from jaxopt_suite.bilevel.problem import BilevelProblem
 from jaxopt_suite.bilevel.subspace import dense, sq_norm
 
@@ -189,6 +189,7 @@ def hyper_cleaning(
     split = load_split() if split is None else split
     _check_batch(batch_size)
     check_regularisation(reg)
+    hidden = check_widths("hidden", hidden)
     noisy = corrupt_labels(split.y_train, corruption, split.num_classes, seed)
     sizes = (split.x_train.shape[1], *hidden, split.num_classes)
 
@@ -270,6 +271,7 @@ def data_mixture(
     split = load_split() if split is None else split
     _check_batch(batch_size)
     check_regularisation(reg)
+    hidden = check_widths("hidden", hidden)
     check_finite_nonnegative("input_noise", input_noise)
     check_real("label_noise", label_noise, "lie in [0, 1]", lambda v: 0.0 <= v <= 1.0)
     if len(label_noise) != len(input_noise) or len(label_noise) < 2:
@@ -358,6 +360,7 @@ def hyper_representation(
     split = load_split() if split is None else split
     _check_batch(batch_size)
     check_regularisation(reg)
+    backbone = check_widths("backbone", backbone)
     if not backbone:
         raise ValueError("backbone must list at least one hidden width, got ()")
     sizes = (split.x_train.shape[1], *backbone)

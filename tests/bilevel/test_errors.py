@@ -1,10 +1,12 @@
 """Bad input gets a clear error naming the argument."""
 
+import dataclasses
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxopt_suite import bilevel
@@ -325,3 +327,98 @@ def test_data_mixture_reads_the_cleanest_group_and_names_label_noise():
     task = tasks.data_mixture(split, label_noise=(0.9, 0.0), input_noise=(0.0, 0.0), batch_size=4)
     metrics = task.evaluate(jnp.array([-5.0, 5.0]), task.y0)
     assert float(metrics["weight_clean_group"]) > 0.99  # group 1 is the clean one
+
+
+def _bf16(tree):
+    return jax.tree.map(lambda leaf: leaf.astype(jnp.bfloat16), tree)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: bilevel.soba(inner_lr=optax.exponential_decay(0.1, 10, 0.9), outer=0.1),
+        lambda: bilevel.soba(inner_lr=np.float32(0.1), outer=0.1),
+        lambda: bilevel.ma_soba(inner_lr=0.1, aux_lr=np.float32(0.1), outer=0.1),
+        lambda: bilevel.ma_soba(inner_lr=0.1, outer=0.1, average=np.float32(0.2)),
+    ],
+    ids=["schedule", "numpy_inner_lr", "numpy_aux_lr", "numpy_average"],
+)
+def test_steps_that_are_not_weakly_typed_keep_the_iterates_dtype(make):
+    # a float32 step promoted bfloat16 y, v or h to float32, and run's scan refused the carry
+    q = Quadratic(noise=0.1)
+    x0, y0 = _bf16(q.x0), _bf16(q.y0)
+    result = bilevel.run(q.problem, make(), x0, y0, jax.random.key(0), 4, eval_every=2)
+    for leaf in jax.tree.leaves((result.state.x, result.state.y, result.state.v, result.state.h)):
+        assert leaf.dtype == jnp.bfloat16
+
+
+def test_traced_and_float64_steps_keep_the_iterates_dtype():
+    # traced (vmapped) settings: solver.step silently returned float32 y / h from bfloat16,
+    # and the reference's inner loop refused its carry
+    q = Quadratic()
+    x0, y0 = _bf16(q.x0), _bf16(q.y0)
+    batches = q.problem.sample(jax.random.key(1))
+    for make in (
+        lambda value: bilevel.soba(inner_lr=value, outer=0.1),
+        lambda value: bilevel.ma_soba(inner_lr=0.1, outer=0.1, average=value),
+        lambda value: bilevel.implicit_reference(inner_lr=value, inner_steps=3, outer=0.1),
+    ):
+
+        def final(value, make=make):
+            solver = make(value)
+            state = solver.init(q.problem, x0, y0, jax.random.key(0))
+            state = solver.step(state, batches)
+            return state.x, state.y, state.v, state.h
+
+        out = jax.eval_shape(jax.vmap(final), jnp.array([0.1, 0.2]))
+        assert {leaf.dtype for leaf in jax.tree.leaves(out)} == {jnp.dtype(jnp.bfloat16)}
+    # float64 settings under x64 with float32 iterates
+    with jax.enable_x64(True):
+        for solver in (
+            bilevel.soba(inner_lr=np.float64(0.1), outer=0.1),
+            bilevel.ma_soba(inner_lr=0.1, outer=0.1, average=np.float64(0.2)),
+        ):
+            result = bilevel.run(q.problem, solver, q.x0, q.y0, jax.random.key(0), 4)
+            leaves = jax.tree.leaves((result.state.x, result.state.y, result.state.v))
+            assert all(leaf.dtype == jnp.float32 for leaf in leaves)
+
+
+def test_bros_float16_iterates_stay_finite_and_a_real_nan_is_still_caught():
+    # the zero-weighted ordering sum overflowed float16 (65504) and 0 * inf put NaN into y
+    def inner(x, y, batch):  # strongly convex, minimiser y = 3 + x + batch
+        return 0.5 * jnp.sum((y.astype(jnp.float32) - 3.0 - x[0] - batch) ** 2)
+
+    def outer(x, y, batch):
+        return 0.5 * jnp.mean(y.astype(jnp.float32) ** 2) + 0.5 * jnp.sum(x**2)
+
+    zero = lambda k: jnp.zeros(())  # noqa: E731
+    problem = bilevel.BilevelProblem(outer, inner, zero, zero)
+    x0, y0 = jnp.zeros(1), jnp.zeros((4, 20000), jnp.float16)
+    solver = bilevel.bros(rank=1, inner_lr=0.1, outer=0.01)
+    result = bilevel.run(problem, solver, x0, y0, jax.random.key(0), 3, on_failure="return")
+    assert result.status == bilevel.OK, result.message
+    assert result.state.y.dtype == jnp.float16 and bool(jnp.isfinite(result.state.y).all())
+    # a NaN gradient of the inner loss still reaches y (through its own coordinates)
+    nan = dataclasses.replace(problem, sample_inner=lambda k: jnp.full((), jnp.nan))
+    with pytest.raises(FloatingPointError, match=r"bros\(r=1\): non-finite .*y.* after step 0"):
+        bilevel.run(nan, solver, x0, y0, jax.random.key(0), 3)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_diagnostics_are_kept_in_at_least_float32(dtype):
+    # they were stored in x0's dtype: a loss of 123457.7 became 123392 (bf16) or inf (fp16)
+    def inner(x, y, batch):
+        return 0.5 * jnp.sum((y - x.astype(jnp.float32).sum()) ** 2)
+
+    def outer(x, y, batch):
+        return 1234.567 * jnp.sum(y**2) + 1.0 + 2e4 * jnp.sum(x.astype(jnp.float32))
+
+    zero = lambda k: jnp.zeros(())  # noqa: E731
+    problem = bilevel.BilevelProblem(outer, inner, zero, zero)
+    y0 = jnp.ones(100)
+    solver = bilevel.soba(inner_lr=0.01, outer=1e-9)
+    result = bilevel.run(problem, solver, jnp.zeros(4, dtype), y0, jax.random.key(0), 1)
+    loss = result.history["outer_loss"][0]
+    assert loss.dtype == jnp.float32
+    assert float(loss) == pytest.approx(float(outer(jnp.zeros(4), y0, 0.0)), rel=1e-6)
+    assert result.history["hypergrad_norm"].dtype == jnp.float32

@@ -118,6 +118,30 @@ def test_any_optax_optimizer_drives_the_upper_level():
 
 
 @pytest.mark.parametrize("name", list(SOLVERS))
+def test_the_outer_transformation_gets_the_outer_loss_as_value(name):
+    # update(direction, state, x) passed no value=: reduce_on_plateau and any transform
+    # reading it raised TypeError
+    def record_value():
+        def update(updates, state, params=None, *, value, **extra_args):
+            del state, params, extra_args
+            return jax.tree.map(lambda g: -0.1 * g, updates), jnp.asarray(value, jnp.float32)
+
+        return optax.GradientTransformationExtraArgs(lambda params: jnp.zeros([]), update)
+
+    q = Quadratic(noise=0.1)
+    solver = SOLVERS[name](record_value())
+    state = solver.init(q.problem, q.x0, q.y0, jax.random.key(0))
+    state = jax.jit(solver.step)(state, q.problem.sample(jax.random.key(1)))
+    assert float(state.outer_state) == float(state.diagnostics["outer_loss"]) != 0.0
+    plateau = optax.chain(optax.sgd(0.1), optax.contrib.reduce_on_plateau())
+    result = bilevel.run(q.problem, SOLVERS[name](plateau), q.x0, q.y0, jax.random.key(0), 4)
+    assert result.status == bilevel.OK
+    # a line search needs grad= and value_fn=, which a stochastic step does not have
+    with pytest.raises(TypeError, match=r"outer: .*'grad' and 'value_fn'.* line searches"):
+        bilevel.run(q.problem, SOLVERS[name](optax.lbfgs()), q.x0, q.y0, jax.random.key(0), 4)
+
+
+@pytest.mark.parametrize("name", list(SOLVERS))
 def test_step_compiles_once(name):
     q = Quadratic(noise=0.05)
     solver = SOLVERS[name](0.01)

@@ -94,3 +94,19 @@ def test_bros_step_has_no_lower_level_sized_temporaries(split):
     ma_soba = bilevel.ma_soba(inner_lr=0.01, outer=1.0)
     assert temp_bytes(bros) < 0.5 * largest
     assert temp_bytes(ma_soba) > 2 * y_bytes
+
+
+@pytest.mark.parametrize("bad", [(0,), (8, 0), (8.5,), ("8",), 8])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda s, w: tasks.hyper_cleaning(s, hidden=w, batch_size=8),
+        lambda s, w: tasks.data_mixture(s, hidden=w, batch_size=8),
+        lambda s, w: tasks.hyper_representation(s, backbone=w, batch_size=8),
+    ],
+    ids=["hyper_cleaning", "data_mixture", "hyper_representation"],
+)
+def test_layer_widths_are_checked(split, build, bad):
+    # a zero width ran with status OK and a zero hypergradient; 8.5, "8" or 8 failed as shapes
+    with pytest.raises(ValueError, match=r"(hidden|backbone) must be a tuple of layer widths"):
+        build(split, bad)
