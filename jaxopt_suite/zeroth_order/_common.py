@@ -137,10 +137,13 @@ def directional_differences(
 
 def _over_probes(difference: Callable[[Any], jax.Array], directions: Any) -> jax.Array:
     """``jax.vmap(difference)(directions)``, naming value_fn when it cannot be batched (a
-    ``jax.pure_callback`` without ``vmap_method`` failed with vmap's own message)."""
+    ``jax.pure_callback`` without ``vmap_method`` failed with vmap's own message). Other
+    ``NotImplementedError``s, which do not speak of batching, pass as they are."""
     try:
         return jax.vmap(difference)(directions)
     except NotImplementedError as err:
+        if "vmap" not in str(err) and "batch" not in str(err):
+            raise
         raise TypeError(
             "value_fn must be batchable: it is evaluated under jax.vmap over the probe "
             "directions, which raised NotImplementedError: "
@@ -157,9 +160,11 @@ def check_step_resolves(
 
     A step below half the dtype's spacing at ``|x|`` rounds away (bfloat16 at ``|x| ~ 1``
     and the default sigma = 1e-3): the differences lose those entries and the estimate is
-    zero or biased. Probe entries have unit scale, so ``|v| = 1`` is the yardstick: this is
-    a necessary condition, not a sufficient one. Traced params or sigma (under ``jit``)
-    pass unchecked, as their values are unknown while tracing.
+    zero or biased. Float32 too, far enough out: at sigma = 1e-3 from ``|x| >= 2**15``.
+    Probe entries have unit scale, so ``|v| = 1`` is the yardstick: this is a necessary
+    condition, not a sufficient one. Non-finite entries are left to the estimate (they make
+    it non-finite, which the callers' statuses report). Traced params or sigma (under
+    ``jit``) pass unchecked, as their values are unknown while tracing.
     """
     flat_paths = jax.tree_util.tree_flatten_with_path(params)[0]
     if isinstance(sigma, jax.core.Tracer) or any(
@@ -174,7 +179,7 @@ def check_step_resolves(
                 continue
             x = jnp.asarray(leaf, out.dtype)
             step = jnp.asarray(sigma, out.dtype)
-            stuck = (x + step == x) | (x - step == x)
+            stuck = jnp.isfinite(x) & ((x + step == x) | (x - step == x))
             count = int(jnp.sum(stuck))
             if count:
                 smallest = float(jnp.min(jnp.where(stuck, jnp.abs(x), jnp.inf)))

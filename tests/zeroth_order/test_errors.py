@@ -260,6 +260,11 @@ def test_sigma_lost_to_rounding_is_refused(name):
     chex.assert_tree_all_finite(estimate(value_fn, as_float32, key, num_directions=2).grad)
     # traced parameters cannot be checked (the docstrings say so)
     jax.jit(lambda p: estimate(value_fn, p, key, num_directions=2).grad)(params)
+    # an infinite entry is the estimate's to report (inf + sigma == inf is no rounding; the
+    # check raised an OverflowError computing the spacing at |x| = inf)
+    infinite = {"w": jnp.ones((4, 3)).at[0, 0].set(jnp.inf), "b": jnp.zeros(3)}
+    grad = estimate(value_fn, infinite, key, num_directions=2).grad
+    assert not np.all(np.isfinite(np.asarray(grad["w"])))
 
 
 @pytest.mark.parametrize("name", sorted(ESTIMATES))
@@ -282,6 +287,12 @@ def test_value_fn_that_cannot_be_vmapped_is_named(name):
     assert isinstance(info.value.__cause__, NotImplementedError)
     grad = estimate(callback_loss("sequential"), params, key, num_directions=2, sigma=1e-2)
     chex.assert_tree_all_finite(grad.grad)
+
+    def unsupported(p):  # a NotImplementedError that is not about batching passes as it is
+        raise NotImplementedError("this loss is not written yet")
+
+    with pytest.raises(NotImplementedError, match="this loss is not written yet"):
+        estimate(unsupported, params, key, num_directions=2, sigma=1e-2)
 
 
 @pytest.mark.parametrize("bad", [NAN, INF])
