@@ -171,8 +171,8 @@ def dataset(name: str, task: dict, replicate: int = 0) -> tuple[object, dict]:
     made: the balance task's scripted rollouts draw with ``key(replicate)``; on a Brax task
     the PPO behaviour run trains with ``key(2 * replicate)`` and is rolled out with
     ``key(2 * replicate + 1)``."""
-    env = envs.make_multi_objective(name, **({"slip": SLIP} if name == "mo_balance" else {}))
     if name == "mo_balance":
+        env = envs.make_multi_objective(name, slip=SLIP)
         prefs = envs.preference_grid(2, 11, "wide")
         data = envs.collect(
             env, _balance_behaviour, prefs, key=jax.random.key(replicate),
@@ -180,18 +180,7 @@ def dataset(name: str, task: dict, replicate: int = 0) -> tuple[object, dict]:
             metadata={"coverage": "wide", "policy": "scripted: objective 0 w.p. w_0"},
         )  # fmt: skip
         return data, {"behaviour": "scripted", "replicate": replicate}
-    m = env.reward_size
-    prefs = envs.preference_grid(m, 3 if m == 3 else 5, "wide")
-    config = PPOLagrangianConfig(
-        num_envs=4 * len(prefs), episode_length=task["horizon"], unroll_length=task["horizon"],
-        iterations=task["behaviour_iterations"],
-    )  # fmt: skip
-    start = time.perf_counter()
-    policy, metrics = train_behaviour(
-        env, prefs, jax.random.key(2 * replicate), config,
-        sampling=task.get("behaviour_sampling", BEHAVIOUR_SAMPLING),
-    )  # fmt: skip
-    seconds = time.perf_counter() - start
+    env, prefs, policy, metrics, seconds = behaviour_run(name, task, replicate)
     data = envs.collect(
         env, policy, prefs, key=jax.random.key(2 * replicate + 1),
         episodes_per_preference=task["episodes_per_preference"], horizon=task["horizon"],
@@ -205,6 +194,27 @@ def dataset(name: str, task: dict, replicate: int = 0) -> tuple[object, dict]:
         "behaviour_seconds": seconds,
         "behaviour_return_first_last": [float(curve[0]), float(curve[-1])],
     }
+
+
+def behaviour_run(name: str, task: dict, replicate: int = 0):
+    """The PPO behaviour run behind a Brax task's ``replicate``-th dataset (:func:`dataset`),
+    at the task's ``behaviour_iterations`` and ``behaviour_sampling`` (the suite's
+    :data:`BEHAVIOUR_SAMPLING` when absent), trained with ``key(2 * replicate)``:
+    ``(env, preferences, policy, metrics, seconds)``, the preferences the grid it trains
+    for and the data is collected at."""
+    env = envs.make_multi_objective(name)
+    m = env.reward_size
+    prefs = envs.preference_grid(m, 3 if m == 3 else 5, "wide")
+    config = PPOLagrangianConfig(
+        num_envs=4 * len(prefs), episode_length=task["horizon"], unroll_length=task["horizon"],
+        iterations=task["behaviour_iterations"],
+    )  # fmt: skip
+    start = time.perf_counter()
+    policy, metrics = train_behaviour(
+        env, prefs, jax.random.key(2 * replicate), config,
+        sampling=task.get("behaviour_sampling", BEHAVIOUR_SAMPLING),
+    )  # fmt: skip
+    return env, prefs, policy, metrics, time.perf_counter() - start
 
 
 def task_data(name: str, task: dict, replicates=range(LINEAR_SEEDS), spread=None):

@@ -113,9 +113,9 @@ neither form is better everywhere, and the default stays the augmented state.
 
 Behaviour data whose preferences act apart (``--behaviour-iterations 400
 --behaviour-sampling rows``: every dataset, the suite's five included, from a PPO behaviour run
-that orders both objectives by their weights, :mod:`benchmarks.morl_behaviour_probe`;
+whose rows follow their weights more closely, :mod:`benchmarks.morl_behaviour_probe`;
 ``probes/morl_nash_halfcheetah_behaviour400.json``, this module at b20e761, the suite's 3
-keys, 49 min here while other work ran). The utilities are read off that data, so the scores
+keys). The utilities are read off that data, so the scores
 do not compare with the suite's. Paired margins of AETDICE to the best baseline (mean, SE):
 
 * Nash SER: +0.0032 (0.0033) over BC(P), two keys of three higher;

@@ -229,7 +229,7 @@ def test_the_behaviour_probe_refuses_bad_settings(tmp_path):
 
 def test_the_behaviour_probe_summarises_the_rows_fronts():
     grid = np.array([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]])
-    # two episodes per row: run rises with its weight, energy falls with its own weight
+    # two episodes per row: run rises with its weight, energy does not follow its own
     returns = np.array([[1.0, 9.0], [3.0, 9.0], [4.0, 8.0], [6.0, 8.0], [7.0, 9.0], [9.0, 9.0]])
     summary = morl_behaviour_probe.front(grid, returns, 2)
     np.testing.assert_allclose(summary["mean"], [[2.0, 9.0], [5.0, 8.0], [8.0, 9.0]])
