@@ -99,18 +99,20 @@ def check_settings(
     positive: tuple[str, ...] = (),
     unit: tuple[str, ...] = (),
     widths: tuple[str, ...] = (),
+    scalar: bool = False,
 ) -> None:
     """The named fields of ``config``: integers >= 1, finite numbers >= 0, finite numbers
     > 0, numbers in ``(0, 1]``, layer widths; a ``ValueError`` naming the first that is not
     (an infinite step size, limit or penalty turns a training run into NaN, not into a limit
-    case)."""
+    case). With ``scalar`` the numbers must be single numbers too (:func:`check_scalar`)."""
+    check = check_scalar if scalar else check_real
     for name in integers:
         check_integer(name, getattr(config, name), 1)
     for name in nonnegative:
-        check_finite_nonnegative(name, getattr(config, name))
+        check(name, getattr(config, name), "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
     for name in positive:
-        check_finite_positive(name, getattr(config, name))
+        check(name, getattr(config, name), "be finite and > 0", lambda v: 0.0 < v < math.inf)
     for name in unit:
-        check_real(name, getattr(config, name), "lie in (0, 1]", lambda v: 0 < v <= 1)
+        check(name, getattr(config, name), "lie in (0, 1]", lambda v: 0 < v <= 1)
     for name in widths:
         check_widths(name, getattr(config, name))

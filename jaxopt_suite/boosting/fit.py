@@ -14,14 +14,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import math
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_integer, check_key, check_scalar, check_settings
+from jaxopt_suite._checks import check_integer, check_key, check_settings
 from jaxopt_suite.boosting import steps as step_rules
 from jaxopt_suite.boosting.binning import BinEdges, apply_bins, check_features, fit_bins
 from jaxopt_suite.boosting.losses import Loss, get_loss
@@ -102,18 +101,14 @@ class BoostingConfig:
         # integers (not bools) >= 1, finite numbers: an infinite l2, L or M learned nothing
         # without a word, an infinite eta ended in NUMERICAL_ERROR; one number each (an
         # array or a list failed later in float() with a TypeError naming no field)
-        check_settings(self, integers=("rounds", "depth", "max_bins"))
-        for names, expected, ok in (
-            (("eta", "aicn_L", "grn_M"), "be finite and > 0", lambda v: 0.0 < v < math.inf),
-            (
-                ("l2", "min_child_weight", "min_split_gain"),
-                "be finite and >= 0",
-                lambda v: 0.0 <= v < math.inf,
-            ),
-            (("subsample",), "lie in (0, 1]", lambda v: 0.0 < v <= 1.0),
-        ):
-            for name in names:
-                check_scalar(name, getattr(self, name), expected, ok)
+        check_settings(
+            self,
+            integers=("rounds", "depth", "max_bins"),
+            positive=("eta", "aicn_L", "grn_M"),
+            nonnegative=("l2", "min_child_weight", "min_split_gain"),
+            unit=("subsample",),
+            scalar=True,
+        )
         if self.depth > 16:
             raise ValueError(f"depth must be <= 16 (2^depth leaves), got {self.depth}")
         if self.max_bins < 2:
