@@ -87,7 +87,8 @@ class LPOptions(NamedTuple):
     tolerance: float = 1e-4  # relative KKT: primal, dual residual and gap
     # a ray certifies infeasibility when its cone violation, times 1 + the size of the
     # bounds its objective uses (of the costs, for a primal ray), is at most this times its
-    # objective (descent); see _certificates
+    # objective (descent); see _certificates. Raised to 100 eps of the solve's dtype
+    # (1.2e-5 in float32; float64 keeps 1e-8), below which a float32 ray cannot pass
     infeasibility_tolerance: float = 1e-8
     max_iterations: int = 100_000
     eval_every: int = 64
@@ -589,10 +590,15 @@ def _limits(options: LPOptions, dtype) -> tuple[jax.Array, jax.Array, jax.Array]
     compiled loops, so a new value does not compile them again (:func:`_compiled_options`);
     the tolerances in the data's ``dtype``, as the residuals they are compared with. Cached:
     a branch-and-bound advances its batch thousands of times, and three transfers a call
-    took a sixth of its time at one slot."""
+    took a sixth of its time at one slot.
+
+    ``infeasibility_tolerance`` is at least ``100 eps`` of ``dtype``: at float32's 1.2e-7
+    rounding the default 1e-8 let no certificate pass, and infeasible or unbounded LPs as
+    small as 2 x 2 ran to the iteration limit or ended in NUMERICAL_ERROR."""
+    floor = 100.0 * float(jnp.finfo(dtype).eps)
     return (
         jnp.asarray(options.tolerance, dtype),
-        jnp.asarray(options.infeasibility_tolerance, dtype),
+        jnp.asarray(max(float(options.infeasibility_tolerance), floor), dtype),
         jnp.asarray(min(int(options.max_iterations), np.iinfo(np.int32).max), jnp.int32),
     )
 

@@ -67,6 +67,29 @@ def test_matches_highs_and_satisfies_kkt(seed):
     assert solution.dual_bound >= reference.fun - 1e-3 * (1 + abs(reference.fun))
 
 
+def test_float32_solves_certify_infeasible_and_unbounded_lps():
+    # The default infeasibility tolerance, 1e-8, lay below float32's rounding: no ray passed,
+    # and these ran to the iteration limit (with a growing dual residual) or ended in
+    # NUMERICAL_ERROR. It is now at least 100 eps of the solve's dtype.
+    inf = np.inf
+    assert jnp.result_type(float) == jnp.float32
+    # x1 + 3 x2 <= -5, 3 x2 = 1, 0 <= x1 <= 4: x1 <= -6, infeasible
+    infeasible = LP([-2.0, 0.0], [[1.0, 3.0], [0.0, 3.0]], [-inf, 1.0], [-5.0, 1.0],
+                    [0.0, -inf], [4.0, inf])  # fmt: skip
+    assert solve_lp(infeasible).status == Status.PRIMAL_INFEASIBLE
+    # x3 and x4 are free with costs -3 and 3; 2 x1 + 3 x2 - x3 - 2 x4 in [-1, 2]: x3 = 2 t,
+    # x4 = -t stays in the row and the cost falls by 9 t
+    unbounded = LP([3.0, 2.0, -3.0, 3.0, 3.0], [[2.0, 3.0, -1.0, -2.0, 0.0]], [-1.0], [2.0],
+                   [-2.0, 0.0, -inf, -inf, 0.0], [4.0, 4.0, inf, inf, 4.0])  # fmt: skip
+    assert solve_lp(unbounded).status == Status.DUAL_INFEASIBLE
+    batch = solve_lp_batch(infeasible, np.array([[0.0, -inf]]), np.array([[4.0, inf]]))
+    assert np.asarray(batch.status).tolist() == [Status.PRIMAL_INFEASIBLE]
+    # float64 keeps the tolerance it is given
+    with jax.enable_x64(True):
+        tolerance = pdlp._limits(LPOptions(), jnp.float64)[1]
+    assert float(tolerance) == 1e-8
+
+
 def test_statuses_on_crafted_lps():
     inf = np.inf
     infeasible_rows = LP([1.0, 1.0], [[1, 1], [1, 1]], [3, -inf], [inf, 1], [0, 0], [inf, inf])
