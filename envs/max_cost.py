@@ -165,6 +165,9 @@ def wrap_for_training(env: Env, episode_length: int, action_repeat: int = 1) -> 
     so that no cost increment is lost; an episode ends after ``ceil(episode_length /
     action_repeat)`` actions, that is ``episode_length`` inner steps rounded up to a whole
     action (as in Brax), and ``info['steps']`` and the episode length count actions taken.
+    A step's cost is then the largest cost of its repeats, so the episode's summed cost
+    (``EpCost``, and ``CostRate`` with it) counts each action once and changes with
+    ``action_repeat`` for the same trajectory; the maximum cost (``EpMaxCost``) does not.
 
     Args:
       env: an unbatched environment with a :class:`envs.CostWrapper` in its wrapper chain

@@ -31,7 +31,8 @@ def episode_statistics(
 
     Args:
       episode_return: summed reward of each episode.
-      episode_cost: summed per-step cost.
+      episode_cost: summed per-step cost (per action under ``action_repeat``: each action's
+        cost is the largest of its repeats', see :func:`envs.wrap_for_training`).
       episode_max_cost: summed cost increments, i.e. the episode's maximum per-step cost.
       episode_length: steps in the episode.
       completed: 1 (or True) where the entry is a finished episode, else 0.

@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from envs import ant_goal, point_goal
 from envs._brax import Env, load_body
 from envs._checks import check_kind, check_nonnegative, check_point, check_points, check_positive
@@ -152,5 +154,7 @@ def make(name: str, *, max_cost: bool = True, **kwargs) -> Env:
     """
     if name not in _TASKS:
         raise ValueError(f"unknown environment name={name!r}; valid names: {', '.join(names())}")
+    if not isinstance(max_cost, bool | np.bool_):  # "no" or "False" from a config was truthy
+        raise ValueError(f"max_cost must be True or False, got {max_cost!r}")
     env = _TASKS[name](**kwargs)
     return MaxCostWrapper(env) if max_cost else env

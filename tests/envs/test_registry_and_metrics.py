@@ -46,6 +46,9 @@ def test_unknown_name_lists_the_valid_ones():
         ("point_goal_hazards", {"size": True}, r"size=True must be a finite number > 0"),
         ("point_goal_hazards", {"centres": [(1, 2), (3,)]}, r"centres must be xy points"),
         ("hopper_velocity", {"threshold": True}, r"threshold=True must be a finite number"),
+        # any truthy value added the max-cost augmentation (one more observation entry)
+        ("point_goal_hazards", {"max_cost": "no"}, r"max_cost must be True or False, got 'no'"),
+        ("point_goal_hazards", {"max_cost": None}, r"max_cost must be True or False, got None"),
     ],
 )
 def test_bad_options_name_the_argument(name, kwargs, message):
