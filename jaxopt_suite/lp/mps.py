@@ -7,7 +7,9 @@ integer blocks), ``RHS`` (on the objective row: minus the objective constant), `
 convention (e.g. HiGHS, CPLEX): a range ``R`` on an ``E`` row gives ``[rhs, rhs + R]`` for
 ``R > 0`` and ``[rhs + R, rhs]`` for ``R < 0``; on ``L`` rows ``[rhs - |R|, rhs]``; on ``G``
 rows ``[rhs, rhs + |R|]``; an ``UP`` bound below zero on a column whose lower bound is
-still the default 0 makes the lower bound ``-inf`` (with a warning). Only the first ``N``
+still the default 0 makes the lower bound ``-inf`` (with a warning); a value on an ``FR``,
+``MI``, ``PL`` or ``BV`` line, which these take none of, is ignored with a warning, and the
+set name is optional there as on the other bound lines. Only the first ``N``
 row is the objective; later ones are dropped.
 
 Infinity: as in HiGHS and CPLEX, a value of magnitude at least ``1e20`` in ``RHS``,
@@ -84,6 +86,14 @@ def _fixed_fields(line: str) -> list[str]:
     while fields and not fields[-1]:
         fields.pop()
     return fields
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _ordered_names(index: dict[str, int], count: int) -> list[str]:
@@ -290,13 +300,7 @@ class _Reader:
                     f"side (|values| >= {INFINITY:g} are infinite)",
                 )
         else:
-            if len(rest) == 2 and kind != "BV":
-                rest = rest[1:]
-            elif len(rest) >= 2 and kind == "BV":
-                rest = rest[1:2]
-            if len(rest) != 1:
-                raise self.fail(number, f"a {kind} bound needs a column, got {fields}")
-            name, value = rest[0], None
+            name, value = self.valueless_bound_column(number, kind, fields), None
         if name not in self.col_index:
             raise self.fail(number, f"bound on unknown column {name!r}")
         j = self.col_index[name]
@@ -328,6 +332,35 @@ class _Reader:
         if kind == "BV":
             self.lower[j], self.upper[j] = 0.0, 1.0
             self.lower_set.add(j)
+
+    def valueless_bound_column(self, number: int, kind: str, fields: list[str]) -> str:
+        """The column of an ``FR``, ``MI``, ``PL`` or ``BV`` line, ``[type, set?, column,
+        value?]``: these take no value (``BV``'s bounds are 0 and 1), but writers put one
+        there anyway, which HiGHS and CPLEX read and ignore; so does this reader, with a
+        warning. Two fields are ``set column`` unless only the first names a column and the
+        second is a number (``column value``)."""
+        rest = fields[1:]
+        if len(rest) == 3:
+            name, text = rest[1], rest[2]
+        elif len(rest) == 2:
+            column_value = (
+                rest[1] not in self.col_index and rest[0] in self.col_index and _is_number(rest[1])
+            )
+            name, text = (rest[0], rest[1]) if column_value else (rest[1], None)
+        elif len(rest) == 1:
+            name, text = rest[0], None
+        else:
+            raise self.fail(
+                number, f"a {kind} bound needs a column (and an optional set name), got {fields}"
+            )
+        if text is not None:
+            self.number(number, text)
+            warnings.warn(
+                f"{self.path}:{number}: the value {text} on the {kind} bound of column "
+                f"{name!r} is ignored ({kind} bounds take none)",
+                stacklevel=4,
+            )
+        return name
 
     def row_names(self) -> list[str]:
         return _ordered_names(self.row_index, len(self.row_types))

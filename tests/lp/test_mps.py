@@ -1,6 +1,7 @@
 """The LP type's checks and MPS reading / writing."""
 
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -312,3 +313,81 @@ def test_lp_checks_name_the_row_or_column():
         LP(**ok, var_lower=[np.inf, 0], var_upper=[np.inf, 1])
     lp = LP(**ok, **bounds)  # dense input is stored as CSR
     assert sp.issparse(lp.A) and lp.A.nnz == 2
+
+
+_VALUELESS = """\
+NAME v
+ROWS
+ N obj
+ L r
+COLUMNS
+    x obj 1 r 1
+    y obj 1 r 1
+    z obj 1 r 1
+RHS
+    rhs r 4
+BOUNDS
+{bounds}
+ENDATA
+"""
+
+
+@pytest.mark.parametrize(
+    ("bounds", "lower", "upper", "integer", "ignored"),
+    [
+        # set name and a value (which these bound types do not take): read, value ignored
+        (" FR BND x 0\n MI BND y 3\n PL BND z 1", [-np.inf, -np.inf, 0], [np.inf] * 3, 0, 3),
+        # no set name, with a value: the first field is the column
+        (" MI x 5\n BV y 1\n UP z 2\n PL z 7", [-np.inf, 0, 0], [np.inf, 1, np.inf], 1, 3),
+        # no set name, no value; and a BV with set name and value
+        (" FR x\n BV y\n BV BND z 1", [-np.inf, 0, 0], [np.inf, 1, 1], 2, 1),
+    ],
+)
+def test_valueless_bound_types_with_and_without_set_names_and_values(
+    tmp_path, bounds, lower, upper, integer, ignored
+):
+    path = tmp_path / "v.mps"
+    path.write_text(_VALUELESS.format(bounds=bounds))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lp = read_mps(path, format="free")
+    messages = [str(w.message) for w in caught]
+    assert sum("is ignored" in m for m in messages) == ignored, messages
+    np.testing.assert_array_equal(lp.var_lower, lower)
+    np.testing.assert_array_equal(lp.var_upper, upper)
+    assert int(np.sum(lp.integer)) == integer
+
+
+def test_valueless_bound_in_fixed_format_with_blank_set_name_and_a_value(tmp_path):
+    def card(*fields):  # fields 1-6 at columns 2, 5, 15, 25, 40, 50
+        line = ""
+        for start, field in zip((1, 4, 14, 24, 39, 49), fields, strict=False):
+            line = line.ljust(start) + field
+        return line
+
+    lines = ["NAME          F", "ROWS", card("N", "obj"), card("L", "r"), "COLUMNS"]
+    lines += [card("", name, "obj", "1", "r", "1") for name in ("x", "y", "z")]
+    lines += ["RHS", card("", "rhs", "r", "4"), "BOUNDS"]
+    lines += [card("FR", "", "x", "0.0"), card("BV", "BND", "y"), "ENDATA"]
+    path = tmp_path / "f.mps"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=r"value 0.0 on the FR bound of column 'x' is ignored"):
+        lp = read_mps(path, format="fixed")
+    np.testing.assert_array_equal(lp.var_lower, [-np.inf, 0, 0])
+    np.testing.assert_array_equal(lp.var_upper, [np.inf, 1, np.inf])
+    np.testing.assert_array_equal(lp.integer, [False, True, False])
+
+
+@pytest.mark.parametrize(
+    ("bounds", "match"),
+    [
+        (" FR BND x 0 9", "a FR bound needs a column"),
+        (" MI BND x one", "expected a number, got 'one'"),
+        (" BV x one", "bound on unknown column 'one'"),
+    ],
+)
+def test_malformed_valueless_bounds_name_the_line(tmp_path, bounds, match):
+    path = tmp_path / "bad.mps"
+    path.write_text(_VALUELESS.format(bounds=bounds))
+    with pytest.raises(MPSError, match=rf"bad.mps:12: .*{match}"):
+        read_mps(path, format="free")
