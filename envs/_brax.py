@@ -45,6 +45,11 @@ class _AllowRankPromotion(Wrapper):
     def step(self, state: State, action: jax.Array) -> State:
         # Brax updates the metrics dict in place: a copy keeps the caller's state intact
         state = state.replace(metrics=dict(state.metrics))
+        # Brax's physics state, reward and metrics are float64 under jax_enable_x64, and a
+        # float32 action made the step's metrics['reward_ctrl'] float32 and broke the ant's
+        # substep scan (its ctrl turned float32): actions take the default float dtype
+        # (float32 without x64, where this changes nothing for float32 actions)
+        action = jnp.asarray(action, jax.dtypes.canonicalize_dtype(jnp.float64))
         with jax.numpy_rank_promotion("allow"):
             new = self.env.step(state, action)
         # Brax's step returns weakly typed reward, done and metrics where its reset returns

@@ -56,7 +56,7 @@ class AntGoal(Wrapper):
         state = self.env.reset(rng)
         metrics = {
             **state.metrics,
-            "reward_goal": jnp.zeros((), jnp.float32),
+            "reward_goal": jnp.zeros_like(state.reward),
             "distance_to_goal": self._distance(state.pipeline_state),
         }
         obs = self._observation(state.obs, state.pipeline_state)
@@ -64,14 +64,20 @@ class AntGoal(Wrapper):
 
     def step(self, state: State, action: jax.Array) -> State:
         distance = self._distance(state.pipeline_state)
+        # the reward keeps the reset's dtype (Brax's: float64 under jax_enable_x64)
+        dtype = state.reward.dtype
         state = self.env.step(state.replace(obs=state.obs[:-2]), action)
         new_distance = self._distance(state.pipeline_state)
         reward_goal = self.progress_weight * (distance - new_distance) / self.env.dt
         reward = reward_goal + state.metrics["reward_survive"] + state.metrics["reward_ctrl"]
-        metrics = {**state.metrics, "reward_goal": reward_goal, "distance_to_goal": new_distance}
+        metrics = {
+            **state.metrics,
+            "reward_goal": reward_goal.astype(dtype),
+            "distance_to_goal": new_distance,
+        }
         return state.replace(
             obs=self._observation(state.obs, state.pipeline_state),
-            reward=reward.astype(jnp.float32),
+            reward=reward.astype(dtype),
             metrics=metrics,
         )
 

@@ -65,7 +65,11 @@ class MaxCostWrapper(Wrapper):
     def step(self, state: State, action: jax.Array) -> State:
         max_cost = state.obs[..., -1]
         state = self.env.step(state.replace(obs=state.obs[..., :-1]), action)
-        new_max_cost = jnp.maximum(max_cost, state.info["cost"])
+        # the maximum keeps the cost's dtype, which the observation's may exceed (float64
+        # under jax_enable_x64): a step then returns the types its reset did
+        cost = state.info["cost"]
+        max_cost = max_cost.astype(cost.dtype)
+        new_max_cost = jnp.maximum(max_cost, cost)
         return self._augment(state, max_cost=new_max_cost, increment=new_max_cost - max_cost)
 
     @staticmethod

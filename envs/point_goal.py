@@ -98,7 +98,9 @@ class PointGoal(Env):
 
     def step(self, state: State, action: jax.Array) -> State:
         position, velocity = state.pipeline_state.q, state.pipeline_state.qd
-        force = jnp.clip(action, -1.0, 1.0)
+        # the task computes in float32 (a float64 action under jax_enable_x64 turned the
+        # state float64, where reset makes it float32)
+        force = jnp.clip(jnp.asarray(action, jnp.float32), -1.0, 1.0)
         velocity = velocity + self.dt * (force - self.damping * velocity)
         new_position = position + self.dt * velocity
         distance = jnp.linalg.norm(position - self.goal)
