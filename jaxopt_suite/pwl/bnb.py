@@ -40,8 +40,9 @@ touch lambdas. So a feasible PWL point ``v`` gives feasible PWL points ``v + t d
 feasibility search, the same branch-and-bound on the model with objective 0 that stops at
 the first PWL point: a point makes the answer ``UNBOUNDED`` (the point is returned as the
 witness), a completed search ``INFEASIBLE``, and a search stopped by the node or time limit
-``INFEASIBLE_OR_UNBOUNDED`` (there is no finite optimum either way). The ray is the LP
-solver's certificate, to its tolerance, like every other status it reports.
+(or left incomplete) ``INFEASIBLE_OR_UNBOUNDED`` (there is no finite optimum either way).
+The ray is the LP solver's certificate, to its tolerance, like every other status it
+reports.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_finite_positive, check_real
+from jaxopt_suite._checks import check_integer, check_scalar
 from jaxopt_suite.lp import (
     LP,
     LPOptions,
@@ -84,6 +85,10 @@ class MIPStatus(enum.IntEnum):
     # the relaxation has a primal ray (no finite optimum), and the feasibility search that
     # would tell the two apart stopped at the node or time limit
     INFEASIBLE_OR_UNBOUNDED = 5
+    # the search ended with nodes it could not settle: the node store filled up
+    # (PWLOptions.capacity), or leaf LPs stopped before their tolerance (lp.max_iterations);
+    # the bound keeps those nodes' bounds, and the message says which
+    INCOMPLETE = 6
 
 
 MESSAGES = {
@@ -97,6 +102,7 @@ MESSAGES = {
     MIPStatus.INFEASIBLE_OR_UNBOUNDED: "infeasible or unbounded: the relaxation has a primal "
     "ray, so there is no finite optimum, but the feasibility search that decides between the "
     "two stopped",
+    MIPStatus.INCOMPLETE: "search incomplete: nodes left unsettled",
 }
 
 
@@ -302,32 +308,62 @@ class _Job(NamedTuple):
     seen: frozenset = frozenset()  # pump: pair choices already tried
 
 
+def _real_option(name: str, value, expected: str, ok) -> None:
+    """A ValueError naming option ``name`` unless ``value`` is one real number (not a bool)
+    that passes ``ok``."""
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must {expected} (a number, not a bool), got {value!r}")
+    check_scalar(name, value, expected, ok)
+
+
 def _check_options(options: PWLOptions) -> None:
-    if int(options.batch_size) < 1:
-        raise ValueError(f"batch_size must be >= 1, got {options.batch_size}")
-    if not options.relative_gap >= 0 or not options.absolute_gap >= 0:
-        raise ValueError("relative_gap and absolute_gap must be >= 0")
-    if int(options.node_limit) < 1 or int(options.capacity) < 2:
-        raise ValueError("node_limit must be >= 1 and capacity >= 2")
-    if options.time_limit is not None and not options.time_limit > 0:
-        raise ValueError(f"time_limit must be > 0 (or None), got {options.time_limit}")
+    if not isinstance(options, PWLOptions):
+        raise TypeError(f"options must be a PWLOptions, got {type(options).__name__}")
+    # counts size arrays and loops: integers, not bools or 2.5 (int() truncated them, and a
+    # fractional node_limit reached a slice mid-search)
+    for name, minimum in (
+        ("batch_size", 1),
+        ("node_limit", 1),
+        ("capacity", 2),
+        ("evaluations", 1),
+        ("early_heuristic_rounds", 1),
+        ("pump_seeds", 0),
+        ("pump_iterations", 1),
+        ("seed", 0),
+    ):
+        check_integer(name, getattr(options, name), minimum)
+    for name in ("relative_gap", "absolute_gap"):  # inf: any incumbent closes the gap
+        _real_option(name, getattr(options, name), "be >= 0", lambda v: v >= 0)
+    if options.time_limit is not None:
+        _real_option("time_limit", options.time_limit, "be > 0 (or None)", lambda v: v > 0)
     if options.split not in ("weighted", "middle"):
         raise ValueError(f"split must be 'weighted' or 'middle', got {options.split!r}")
     if options.repair not in ("segment", "mass", "off"):
         raise ValueError(f"repair must be 'segment', 'mass' or 'off', got {options.repair!r}")
-    if not 0 <= options.dive_fraction <= 1 or not 0 <= options.heuristic_fraction < 1:
-        raise ValueError("dive_fraction must lie in [0, 1] and heuristic_fraction in [0, 1)")
-    if int(options.early_heuristic_rounds) < 1:
-        raise ValueError(
-            f"early_heuristic_rounds must be >= 1, got {options.early_heuristic_rounds}"
-        )
-    if int(options.evaluations) < 1:
-        raise ValueError(f"evaluations must be >= 1, got {options.evaluations}")
+    _real_option("dive_fraction", options.dive_fraction, "lie in [0, 1]", lambda v: 0 <= v <= 1)
+    _real_option(
+        "heuristic_fraction", options.heuristic_fraction, "lie in [0, 1)", lambda v: 0 <= v < 1
+    )
     # lambdas are convex weights in [0, 1]: at a tolerance of 1 or more every one counts as
     # zero (NaN: every comparison is false), and no point is ever branched on
-    check_real("sos2_tolerance", options.sos2_tolerance, "lie in [0, 1)", lambda v: 0 <= v < 1)
+    _real_option("sos2_tolerance", options.sos2_tolerance, "lie in [0, 1)", lambda v: 0 <= v < 1)
     if options.polish_tolerance is not None:
-        check_finite_positive("polish_tolerance", options.polish_tolerance)
+        _real_option(
+            "polish_tolerance",
+            options.polish_tolerance,
+            "be finite and > 0 (or None)",
+            lambda v: 0 < v < math.inf,
+        )
+    _real_option(
+        "progress_every", options.progress_every, "be finite and >= 0", lambda v: 0 <= v < math.inf
+    )
+    for name in ("pump", "progress"):  # "no" would read as true
+        if not isinstance(getattr(options, name), bool | np.bool_):
+            raise ValueError(f"{name} must be a bool, got {getattr(options, name)!r}")
+    if options.lp is not None and not isinstance(options.lp, LPOptions):
+        raise TypeError(
+            f"lp must be an LPOptions (or None for the default), got {type(options.lp).__name__}"
+        )
 
 
 def resolve_options(options: PWLOptions) -> PWLOptions:
@@ -881,6 +917,7 @@ class _Solver:
         stopped = {
             MIPStatus.NODE_LIMIT: "the node limit",
             MIPStatus.TIME_LIMIT: "the time limit",
+            MIPStatus.INCOMPLETE: "nodes it could not settle",
         }.get(search.status, f"its status {search.status.name}")
         self.ray_detail = f" ({what}, stopped by {stopped})"
         return MIPStatus.INFEASIBLE_OR_UNBOUNDED, rounds
@@ -928,7 +965,7 @@ class _Solver:
     def _final_status(self) -> MIPStatus:
         """The tree is exhausted (or the node limit stopped it)."""
         if self.unresolved:
-            return MIPStatus.NODE_LIMIT
+            return MIPStatus.INCOMPLETE
         if self.store.count() and self.nodes >= self.options.node_limit:
             return MIPStatus.NODE_LIMIT
         # a complete search: optimal (to the node tolerance when only a fallback exists)
@@ -1024,7 +1061,7 @@ class _Solver:
         except _StoreFull:
             self.unresolved.append(bound)
             self.store_full = True
-            return MIPStatus.NODE_LIMIT
+            return MIPStatus.INCOMPLETE
         # heuristics from this node's point
         if (
             finite
@@ -1115,7 +1152,11 @@ class _Solver:
                 if self.nodes <= 1
                 else f"infeasible: every one of {self.nodes} nodes was infeasible"
             )
-        elif status in (MIPStatus.NODE_LIMIT, MIPStatus.TIME_LIMIT) and not math.isfinite(inc):
+        elif status in (
+            MIPStatus.NODE_LIMIT,
+            MIPStatus.TIME_LIMIT,
+            MIPStatus.INCOMPLETE,
+        ) and not math.isfinite(inc):
             message += "; no feasible point found"
         unpolished = (
             "the point comes from a node LP, unpolished (its polishing LP did not finish, "
@@ -1126,6 +1167,19 @@ class _Solver:
             message = (
                 f"search complete, optimal to the node LPs' tolerance only (gap {gap:.1e}): "
                 + unpolished
+            )
+        elif status == MIPStatus.OPTIMAL and bound == -math.inf and math.isfinite(inc):
+            # not the LPs' precision: a safe bound is -inf where a reduced cost of the wrong
+            # sign meets an infinite variable bound
+            lp = self.lp
+            free = np.flatnonzero(np.isinf(lp.var_lower) | np.isinf(lp.var_upper))
+            names = ", ".join(lp.col_label(j) for j in free[:3])
+            more = f" and {free.size - 3} more" if free.size > 3 else ""
+            message = (
+                "search complete, but with no finite bound (gap inf): the safe dual bounds meet "
+                f"infinite variable bounds ({names}{more}); give every variable finite bounds"
+                if free.size
+                else "search complete, but with no finite bound (gap inf)"
             )
         elif status == MIPStatus.OPTIMAL and not self._gap_closed(bound):
             which, advice = (
@@ -1138,12 +1192,12 @@ class _Solver:
             )
         elif not polished and math.isfinite(inc):
             message += "; " + unpolished
-        if self.store_full and status == MIPStatus.NODE_LIMIT:
+        if self.store_full and status == MIPStatus.INCOMPLETE:
             message = (
                 f"the node store is full (capacity {self.options.capacity}: raise "
                 "PWLOptions.capacity); the bound keeps the bounds of the nodes not explored"
             )
-        elif self.unresolved and status == MIPStatus.NODE_LIMIT:
+        elif self.unresolved and status == MIPStatus.INCOMPLETE:
             message = (
                 f"{len(self.unresolved)} leaf LPs stopped before their tolerance (raise "
                 "lp.max_iterations); the bound keeps their safe dual bounds"

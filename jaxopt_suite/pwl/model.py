@@ -42,6 +42,17 @@ class Var:
         return f"Var({self.name!r})"
 
 
+def _real(value: Any, what: str) -> float:
+    """``value`` as a float, or a TypeError naming ``what``: one real number, not a string
+    (float("2") read it), a bool or an array."""
+    if isinstance(value, str | bytes | bool | np.bool_):
+        raise TypeError(f"{what} must be a real number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a real number, got {value!r}") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class PWLTerm:
     """``z = f(x)``: ``x`` the argument, ``breakpoints`` ``d`` (K+1,), ``values`` ``f``."""
@@ -152,7 +163,9 @@ class PWLModel:
         self, lower: float = 0.0, upper: float = math.inf, *, name: str | None = None
     ) -> Var:
         """A continuous variable in ``[lower, upper]`` (infinite bounds allowed)."""
-        lower, upper = float(lower), float(upper)
+        label = "a new variable" if name is None else f"variable {str(name)!r}"
+        lower = _real(lower, f"{label}: lower bound")
+        upper = _real(upper, f"{label}: upper bound")
         name = self._fresh_name("v", name)
         if math.isnan(lower) or math.isnan(upper):
             raise ValueError(f"variable {name!r}: bounds must not be NaN")
@@ -194,7 +207,10 @@ class PWLModel:
         arrays = []
         for label, given in (("breakpoints", breakpoints), ("values", values)):
             try:
-                arrays.append(np.asarray(list(given), np.float64))
+                entries = list(given)
+                if any(isinstance(v, str | bytes) for v in entries):  # "5" read as 5.0
+                    raise TypeError
+                arrays.append(np.asarray(entries, np.float64))
             except (TypeError, ValueError):
                 raise TypeError(f"{label} must be a list of numbers, got {given!r}") from None
         d, f = arrays
@@ -207,7 +223,8 @@ class PWLModel:
             raise ValueError(f"PWL term {name!r}: breakpoints must be a 1-d list of >= 2 values")
         if f.shape != d.shape:
             raise ValueError(
-                f"PWL term {name!r}: {f.size} values for {d.size} breakpoints (need one each)"
+                f"PWL term {name!r}: values of shape {f.shape} for breakpoints of shape "
+                f"{d.shape} (need one number each)"
             )
         if np.any(np.isnan(d)):
             raise ValueError(f"PWL term {name!r}: breakpoints must not be NaN")
@@ -238,6 +255,7 @@ class PWLModel:
         self._upper.append(float(f.max()))
         self._alias.append(index)
         z = Var(len(self._names) - 1, name, pwl=index, owner=self._token)
+        d.flags.writeable = f.flags.writeable = False  # checked: kept as checked
         self._terms.append(PWLTerm(x, z, d, f, name))
         return z
 
@@ -251,8 +269,9 @@ class PWLModel:
     ) -> int:
         """``lower <= sum coef * var <= upper`` (equality: ``lower == upper``); returns
         the row index."""
-        coefs = self._linear(terms, f"constraint {name or len(self._rows)}")
-        lower, upper = float(lower), float(upper)
+        label = f"constraint {name or len(self._rows)}"
+        coefs = self._linear(terms, label)
+        lower, upper = _real(lower, f"{label}: lower"), _real(upper, f"{label}: upper")
         if name is None:
             i = len(self._rows)
             while f"r{i}" in self._row_names:
@@ -287,9 +306,10 @@ class PWLModel:
 
     def _set_objective(self, terms, constant, sense) -> None:
         self._objective = self._linear(terms, "objective")
-        if not math.isfinite(float(constant)):
+        constant = _real(constant, "objective constant")
+        if not math.isfinite(constant):
             raise ValueError(f"objective constant must be finite, got {constant}")
-        self._constant = float(constant)
+        self._constant = constant
         self._sense = sense
 
     def _check_var(self, v: Any, what: str) -> None:
@@ -314,10 +334,14 @@ class PWLModel:
                     f"pairs, got the entry {item!r}"
                 ) from None
             self._check_var(var, what)
-            coef = float(coef)
+            coef = _real(coef, f"{what}: coefficient of {var.name!r}")
             if not math.isfinite(coef):
                 raise ValueError(f"{what}: coefficient of {var.name!r} is {coef}")
             out[var.index] = out.get(var.index, 0.0) + coef
+            if not math.isfinite(out[var.index]):  # repeated entries are summed
+                raise ValueError(
+                    f"{what}: the coefficients of {var.name!r} sum to {out[var.index]}"
+                )
         return out
 
     # -- serialisation -------------------------------------------------------------------

@@ -370,14 +370,73 @@ def test_a_full_node_store_says_so():
     m.add_constraint({x: 1.0, y: 1.0}, lower=7.5, upper=7.5)
     m.maximize({z: 1.0, w: 1.0, x: 0.01})
     sol = solve_pwl(m, PWLOptions(batch_size=2, capacity=2, pump=False, repair="off"))
-    assert sol.status == MIPStatus.NODE_LIMIT
+    assert sol.status == MIPStatus.INCOMPLETE  # not NODE_LIMIT: far fewer nodes than that
     assert "node store is full (capacity 2" in sol.message
+
+
+@pytest.mark.parametrize("sense", ["min", "max"])
+def test_a_complete_search_without_a_finite_bound_names_the_infinite_bounds(sense):
+    # the free w makes every safe bound infinite; the message blamed the polishing LPs'
+    # tolerance ("a leaf's polished bound fell short of the gap")
+    m = PWLModel()
+    x, y = m.add_variable(0.0, 10.0, name="x"), m.add_variable(0.0, 10.0, name="y")
+    w = m.add_variable(-math.inf, math.inf, name="w")
+    cost_x = m.add_pwl(x, [0, 4, 10], [0, 8, 9])
+    cost_y = m.add_pwl(y, [0, 5, 10], [0, 3, 10])
+    m.add_constraint({w: 1.0, x: -1.0}, lower=-5.0)
+    m.add_constraint({x: 1.0, y: 1.0}, lower=8.0)
+    sign = 1.0 if sense == "min" else -1.0
+    (m.minimize if sense == "min" else m.maximize)({w: sign, cost_x: sign, cost_y: sign})
+    sol = solve_pwl(m, PWLOptions(batch_size=16))
+    assert sol.status == MIPStatus.OPTIMAL
+    assert sol.objective == pytest.approx(sign * 2.2, abs=1e-5)  # w = x - 5, x = 8, y = 0
+    assert sol.bound == -sign * math.inf and sol.gap == math.inf
+    assert "no finite bound" in sol.message and "column 'w'" in sol.message
+    assert "polish" not in sol.message
+
+
+def test_leaf_lps_stopped_before_their_tolerance_leave_the_search_incomplete():
+    # with 64 PDHG iterations the leaf LPs of this small model do not converge: the search
+    # cannot settle those leaves. It said NODE_LIMIT after 7 of the 1,000,000 nodes allowed.
+    m = PWLModel()
+    x, y = m.add_variable(0.0, 10.0, name="x"), m.add_variable(0.0, 10.0, name="y")
+    cost_x = m.add_pwl(x, [0, 4, 10], [0, 8, 9])
+    cost_y = m.add_pwl(y, [0, 5, 10], [0, 3, 10])
+    m.add_constraint({x: 1.0, y: 1.0}, lower=8.0)
+    m.minimize({cost_x: 1.0, cost_y: 1.0})
+    lp = LPOptions(max_iterations=64, eval_every=32)
+    sol = solve_pwl(m, PWLOptions(batch_size=4, lp=lp))
+    assert sol.status == MIPStatus.INCOMPLETE, sol.message
+    assert "stopped before their tolerance" in sol.message
+    assert sol.nodes < PWLOptions().node_limit
+    assert sol.bound <= 7.2 + 1e-6  # the optimum: the unsettled leaves keep safe bounds
 
 
 def test_options_are_checked():
     model = random_model(0)
     for bad, match in (
-        (PWLOptions(batch_size=0), "batch_size must be >= 1"),
+        (PWLOptions(batch_size=0), "batch_size must be an integer >= 1"),
+        # counts: not fractional (1.5 reached a slice mid-search), not bools, not strings
+        (PWLOptions(node_limit=1.5), "node_limit must be an integer >= 1"),
+        (PWLOptions(node_limit=None), "node_limit must be an integer >= 1"),
+        (PWLOptions(batch_size=True), "batch_size must be an integer >= 1"),
+        (PWLOptions(batch_size="16"), "batch_size must be an integer >= 1"),
+        (PWLOptions(capacity=float("inf")), "capacity must be an integer >= 2"),
+        (PWLOptions(evaluations=1.9), "evaluations must be an integer >= 1"),
+        (PWLOptions(pump_seeds=-3), "pump_seeds must be an integer >= 0"),
+        (PWLOptions(pump_iterations=0), "pump_iterations must be an integer >= 1"),
+        (PWLOptions(seed=-1), "seed must be an integer >= 0"),
+        # numbers: not bools (True was a gap of 1 and a time limit of 1 s), not strings
+        (PWLOptions(relative_gap=True), "relative_gap must be >= 0 .a number, not a bool"),
+        (PWLOptions(absolute_gap=float("nan")), "absolute_gap must be >= 0"),
+        (PWLOptions(time_limit=True), "time_limit must be > 0 .or None. .a number, not"),
+        (PWLOptions(time_limit="5"), "time_limit must be > 0"),
+        (PWLOptions(dive_fraction=1.5), r"dive_fraction must lie in \[0, 1\]"),
+        (PWLOptions(heuristic_fraction=1.0), r"heuristic_fraction must lie in \[0, 1\)"),
+        (PWLOptions(polish_tolerance=True), "polish_tolerance must be finite and > 0"),
+        (PWLOptions(progress_every=-1.0), "progress_every must be finite and >= 0"),
+        (PWLOptions(pump="no"), "pump must be a bool"),
+        (PWLOptions(progress=1), "progress must be a bool"),
         (PWLOptions(sos2_tolerance=float("nan")), r"sos2_tolerance must lie in \[0, 1\)"),
         (PWLOptions(sos2_tolerance=1.0), r"sos2_tolerance must lie in \[0, 1\)"),
         (PWLOptions(polish_tolerance=-1.0), "polish_tolerance must be finite and > 0"),
@@ -389,6 +448,10 @@ def test_options_are_checked():
             solve_pwl(model, bad)
     with pytest.raises(TypeError, match="model must be a PWLModel"):
         solve_pwl("model")
+    with pytest.raises(TypeError, match="lp must be an LPOptions"):
+        solve_pwl(model, PWLOptions(lp={}))
+    with pytest.raises(TypeError, match="options must be a PWLOptions"):
+        solve_pwl(model, {"batch_size": 4})
 
 
 @pytest.mark.parametrize("rule", ["segment", "mass"])

@@ -330,6 +330,17 @@ def test_errors(tmp_path):
         binary_formulation(model.compile().lp)
     with pytest.raises(TypeError, match="PWLModel"):
         solve_highs(model.to_dict())
+    # HiGHS took a NaN time limit or gap as none, and 1.7 threads (or True) ran on one
+    for kwargs, match in (
+        ({"time_limit": math.nan}, r"time_limit must be > 0 \(or None\)"),
+        ({"time_limit": True}, "time_limit must be a number"),
+        ({"relative_gap": math.nan}, "relative_gap must be >= 0"),
+        ({"relative_gap": -1e-4}, "relative_gap must be >= 0"),
+        ({"threads": 1.7}, "threads .0: HiGHS chooses. must be an integer >= 0"),
+        ({"threads": True}, "threads .0: HiGHS chooses. must be an integer >= 0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            solve_highs(model, **kwargs)
 
 
 def test_single_segment_terms_need_no_binaries():

@@ -79,7 +79,8 @@ def test_maximisation_is_negated_with_its_sign():
         ([0, 3, 1], [0, 1, 2], "strictly increasing"),
         ([0, math.inf], [0, 1], "must be finite .*unbounded PWL domain"),
         ([0, math.nan, 2], [0, 1, 2], "breakpoints must not be NaN"),
-        ([0, 1, 2], [0, 1], "2 values for 3 breakpoints"),
+        ([0, 1, 2], [0, 1], r"values of shape \(2,\) for breakpoints of shape \(3,\)"),
+        ([0, 1, 2], [[0], [1], [2]], r"values of shape \(3, 1\) for breakpoints of shape"),
         ([1.0], [2.0], ">= 2 values"),
         ([0, 1], [0, math.nan], "values must be finite"),
         ([20, 30], [0, 1], "miss the breakpoint range"),
@@ -122,6 +123,44 @@ def test_bad_variables_and_rows():
         m.add_pwl(x, [0, 1], ["a", "b"])
     with pytest.raises(TypeError, match=r"mapping \{Var: coefficient\} or \(Var, coefficient\)"):
         m.add_constraint([x], upper=1.0)
+
+
+def test_numbers_that_are_not_real_numbers_are_refused_by_name():
+    # float() read "2" as 2.0 and True as 1.0, and failed on "abc" or an array with a
+    # message that named neither the argument nor the variable or row
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0, name="x")
+    for call, match in (
+        (lambda: m.add_variable("abc", 1.0, name="v"), "variable 'v': lower bound must be a real"),
+        (lambda: m.add_variable(0.0, np.array([0.0, 1.0])), "a new variable: upper bound must be"),
+        (lambda: m.add_variable(True, 2.0), "lower bound must be a real number, got True"),
+        (lambda: m.add_constraint({x: "2"}, lower=1.0), "coefficient of 'x' must be a real number"),
+        (lambda: m.add_constraint({x: 1.0}, lower="x", name="c"), "constraint c: lower must be"),
+        (lambda: m.add_constraint({x: 1.0}, upper=[5.0]), "upper must be a real number"),
+        (lambda: m.minimize({x: 1.0}, constant="1"), "objective constant must be a real"),
+        (lambda: m.add_pwl(x, ["0", "5"], [0, 1]), "breakpoints must be a list of numbers"),
+    ):
+        with pytest.raises(TypeError, match=match):
+            call()
+    # each coefficient finite, their sum not: refused when the row is added (compile said
+    # only "A must be finite")
+    with pytest.raises(ValueError, match="coefficients of 'x' sum to inf"):
+        m.add_constraint([(x, 1e308), (x, 1e308)], upper=5.0)
+    assert m.num_variables == 1 and m.num_constraints == 0
+
+
+def test_pwl_terms_keep_the_breakpoints_they_were_checked_with():
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0, name="x")
+    given = np.array([0.0, 5.0, 10.0])
+    m.add_pwl(x, given, [0.0, 1.0, 0.0])
+    given[1] = 20.0  # the caller's array is copied
+    term = m.terms[0]
+    np.testing.assert_array_equal(term.breakpoints, [0.0, 5.0, 10.0])
+    with pytest.raises(ValueError, match="read-only"):
+        term.breakpoints[1] = 11.0  # would pass no check: not increasing
+    with pytest.raises(ValueError, match="read-only"):
+        term.values[0] = math.nan
 
 
 def test_dict_round_trip_rebuilds_the_same_lp():
