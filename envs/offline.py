@@ -69,6 +69,8 @@ class OfflineDataset(NamedTuple):
 
 
 ARRAY_FIELDS = OfflineDataset._fields[:-1]
+# validate_dataset: how far past [-1, 1] an action may lie (rounding of a rescaled action)
+ACTION_TOLERANCE = 1e-6
 
 
 def episode_returns(dataset: OfflineDataset) -> jax.Array:
@@ -400,7 +402,8 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
 
     Raises:
       ValueError: naming the field (or ``reward_size``) when shapes disagree between fields,
-        a value is not finite, ``terminals``/``mask`` are not 0/1 or break the padding rules
+        a value is not finite, an episode has no steps (``T = 0``), an action lies outside
+        ``[-1, 1]``, ``terminals``/``mask`` are not 0/1 or break the padding rules
         (mask non-increasing in time, terminals only on steps that happened, at most one per
         episode and on its last step that happened, zero rewards on padding; the errors name
         the first episode that breaks them), a preference has a negative weight or is all
@@ -412,6 +415,8 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
     if observations.ndim != 3:
         raise _shape_error("observations", "(N, T, obs)", observations.shape)
     n, t = observations.shape[:2]
+    if t < 1 or observations.shape[2] < 1:  # an episode of no steps, a state of no features
+        raise _shape_error("observations", "(N, T >= 1, obs >= 1)", observations.shape)
     if rewards.ndim != 3 or rewards.shape[:2] != (n, t):
         raise _shape_error("rewards", f"({n}, {t}, m)", rewards.shape)
     m = rewards.shape[2]
@@ -429,6 +434,21 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
         bad = np.size(array) - np.count_nonzero(np.isfinite(array))
         if bad:
             raise ValueError(f"{name} must be finite; it has {bad} non-finite values")
+    # actions live in [-1, 1] (the policies fitted to them act there): one outside was
+    # cloned by a policy that can never take it
+    actions = arrays["actions"]
+    if actions.shape[2] < 1 or m < 1:
+        raise ValueError(
+            f"actions and rewards need at least one entry each per step, got shapes "
+            f"{actions.shape} and {rewards.shape}"
+        )
+    outside = np.abs(actions) > 1.0 + ACTION_TOLERANCE
+    if np.any(outside):
+        raise ValueError(
+            f"actions must lie in [-1, 1] (as envs.collect clips them): {int(outside.sum())} "
+            f"entries do not, the largest magnitude is {float(np.abs(actions).max()):.4g}; "
+            "rescale them to [-1, 1]"
+        )
     mask, terminals = arrays["mask"], arrays["terminals"]
     for name, array in (("mask", mask), ("terminals", terminals)):
         if not np.all((array == 0) | (array == 1)):

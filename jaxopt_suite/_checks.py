@@ -102,12 +102,17 @@ def check_settings(
     scalar: bool = False,
 ) -> None:
     """The named fields of ``config``: integers >= 1, finite numbers >= 0, finite numbers
-    > 0, numbers in ``(0, 1]``, layer widths; a ``ValueError`` naming the first that is not
-    (an infinite step size, limit or penalty turns a training run into NaN, not into a limit
-    case). With ``scalar`` the numbers must be single numbers too (:func:`check_scalar`)."""
+    > 0, numbers in ``(0, 1]`` (none of them bools), layer widths; a ``ValueError`` naming
+    the first that is not (an infinite step size, limit or penalty turns a training run into
+    NaN, not into a limit case). With ``scalar`` the numbers must be single numbers too
+    (:func:`check_scalar`)."""
     check = check_scalar if scalar else check_real
     for name in integers:
         check_integer(name, getattr(config, name), 1)
+    for name in (*nonnegative, *positive, *unit):  # True read as 1.0
+        value = getattr(config, name)
+        if isinstance(value, bool | np.bool_):
+            raise ValueError(f"{name} must be a number, not a bool, got {value!r}")
     for name in nonnegative:
         check(name, getattr(config, name), "be finite and >= 0", lambda v: 0.0 <= v < math.inf)
     for name in positive:

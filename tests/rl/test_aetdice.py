@@ -279,6 +279,72 @@ def test_bad_inputs_raise():
         A.train_aetdice(none, U.esr(U.linear([1.0, 1.0])), jax.random.key(0), CONFIG)
 
 
+def test_rollouts_and_values_check_their_inputs():
+    objective = ESR_OBJECTIVES["tchebycheff"]
+    policy = _trained("tchebycheff")  # augmented features, horizon 10
+    env = envs.BalanceTask(slip=SLIP)
+    key = jax.random.key(5)
+    for kwargs, match in (
+        ({"horizon": 0}, "horizon must be an integer >= 1, got 0"),  # returned zeros
+        ({"horizon": -2}, "horizon must be an integer >= 1"),  # an MLIR error
+        ({"horizon": True}, "horizon must be an integer >= 1, got True"),  # a 1-step rollout
+        ({"episodes": 2.5}, "episodes must be an integer >= 1"),
+        ({"episodes": 0}, "episodes must be an integer >= 1"),  # returned shape (0, 2)
+        # its time feature t / 10 would run to 5, far outside what it was trained on
+        ({"horizon": 50}, "horizon=50 exceeds the policy's horizon 10"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            A.rollout_returns(env, policy, key, **({"episodes": 4} | kwargs))
+    with pytest.raises(TypeError, match="policy must be a TrainedPolicy, got list"):
+        A.rollout_returns(env, [policy], key, episodes=4)
+    from brax.envs import training
+
+    with pytest.raises(ValueError, match="env is wrapped for training"):
+        A.rollout_returns(training.VmapWrapper(env), policy, key, episodes=4)
+    # a policy of another env's observations: a broadcasting error inside jax before
+    wide = dataclasses.replace(policy, feature_mean=jnp.zeros(7), feature_std=jnp.ones(7))
+    with pytest.raises(ValueError, match="env gives the policy 4 features .*trained on 7"):
+        A.rollout_returns(env, wide, key, episodes=4)
+    # a bare utility: an AttributeError after the rollouts, or the type of its first field
+    with pytest.raises(TypeError, match="objective must be an AET objective, got Tchebycheff"):
+        A.evaluate(env, policy, U.tchebycheff(m=2), key, episodes=4)
+    with pytest.raises(TypeError, match="got Tchebycheff: wrap a utility with ser"):
+        A.train_bc(_dataset(), U.tchebycheff(m=2), key, CONFIG)
+    # aet_value: (n, m) returns, n weights >= 0
+    returns = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+    for args, match in (
+        ((jnp.ones((4, 3, 2)),), r"returns must have shape \(n >= 1, m\), got \(4, 3, 2\)"),
+        ((jnp.ones((0, 2)),), r"returns must have shape \(n >= 1, m\)"),
+        ((jnp.array([1.0, 2.0]),), r"returns must have shape \(n >= 1, m\), got \(2,\)"),
+        ((returns, jnp.array([2.0, -1.0])), "weights must be finite and >= 0"),
+        ((returns, jnp.array([0.0, 0.0])), "with a positive sum"),
+        ((returns, jnp.array([1.0, 2.0, 3.0])), r"weights must have shape \(2,\)"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            U.aet_value(objective, *args)
+    value = U.aet_value(objective, [[1.0, 2.0], [3.0, 4.0]], [1.0, 1.0])  # lists are arrays
+    assert float(value) == pytest.approx(float(U.aet_value(objective, returns)))
+
+
+def test_datasets_are_checked_and_trained_as_checked():
+    data = _dataset()
+    # fields given as lists passed the check (on a converted copy) and failed after it
+    listed = data._replace(mask=data.mask.tolist(), rewards=data.rewards.tolist())
+    policy = A.train_bc(listed, U.ser(U.linear([1.0, 1.0])), jax.random.key(0),
+                        dataclasses.replace(CONFIG, iterations=2))  # fmt: skip
+    assert policy.method == "bc"
+    # no steps: an IndexError at mask[:, 0] before
+    none = data._replace(**{f: getattr(data, f)[:, :0] for f in data._fields
+                            if f not in ("metadata", "preferences")})  # fmt: skip
+    with pytest.raises(ValueError, match=r"observations must have shape \(N, T >= 1, obs >= 1\)"):
+        A.train_aetdice(none, U.esr(U.linear([1.0, 1.0])), jax.random.key(0), CONFIG)
+    # an action outside [-1, 1] was cloned by a policy that acts in [-1, 1] only
+    actions = data.actions.copy()
+    actions[2, 3, 0] = 3.0
+    with pytest.raises(ValueError, match="actions must lie in .-1, 1.*1 entries do not.* 3"):
+        envs.validate_dataset(data._replace(actions=actions))
+
+
 def test_the_exact_solver_checks_its_inputs():
     objective = U.esr(U.tchebycheff(m=2))
     for kwargs, message in (

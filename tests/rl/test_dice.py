@@ -53,8 +53,33 @@ def test_bad_config_raises():
     with pytest.raises(ValueError, match="gradient_penalty must be finite and >= 0, got inf"):
         dice.DiceConfig(gradient_penalty=float("inf")).checked()
     for fraction in (-0.1, 1.5, float("nan")):
-        with pytest.raises(ValueError, match=r"final_lr_fraction must be in \[0, 1\]"):
+        with pytest.raises(ValueError, match=r"final_lr_fraction must lie in \[0, 1\]"):
             dice.DiceConfig(final_lr_fraction=fraction).checked()
+    # widths: 0 divided by zero in an initialiser, -3, 8.5 or "64" failed inside jax
+    for widths in ((0,), (-3,), (8.5,), "64"):
+        with pytest.raises(ValueError, match="hidden must be a tuple of layer widths"):
+            dice.DiceConfig(hidden=widths).checked()
+        with pytest.raises(ValueError, match="policy_hidden must be a tuple of layer widths"):
+            dice.DiceConfig(policy_hidden=widths).checked()
+    # bools were read as 1.0, arrays failed to hash in the compiled functions' cache
+    with pytest.raises(ValueError, match="learning_rate must be a number, not a bool"):
+        dice.DiceConfig(learning_rate=True).checked()
+    with pytest.raises(ValueError, match="final_lr_fraction must be a number"):
+        dice.DiceConfig(final_lr_fraction=True).checked()
+    with pytest.raises(ValueError, match=r"alpha must be a scalar, got shape \(2,\)"):
+        dice.DiceConfig(alpha=np.array([0.1, 0.2])).checked()
+    for flag in ("behaviour_conditioned", "mass_constraint"):  # "no" read as true
+        with pytest.raises(ValueError, match=f"{flag} must be a bool, got 'no'"):
+            dice.DiceConfig(**{flag: "no"}).checked()
+
+
+def test_checked_config_holds_python_numbers():
+    given = dice.DiceConfig(alpha=jnp.float32(0.5), iterations=np.int64(7), hidden=[8, 8])
+    config = given.checked()
+    assert type(config.alpha) is float and config.alpha == 0.5
+    assert type(config.iterations) is int and config.hidden == (8, 8)
+    hash(config)  # keys the compiled functions
+    assert dice.DiceConfig(alpha=0.5, iterations=7, hidden=(8, 8)).checked() == config
 
 
 def test_schedule_decays_to_the_final_fraction():

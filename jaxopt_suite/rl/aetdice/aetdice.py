@@ -85,7 +85,7 @@ def aetdice_problem(dataset, objective: AET, telescoping: str = "projected") -> 
     dataset's mean ``h(G)``: the first-order size of a step's contribution.
     """
     check_telescoping(telescoping)
-    check_dataset(dataset, objective)
+    dataset = check_dataset(dataset, objective)
     episodes, horizon = dataset.mask.shape
     rewards = jnp.asarray(dataset.rewards, jnp.float32)
     mask = jnp.asarray(dataset.mask, jnp.float32)
@@ -134,7 +134,7 @@ def train_aetdice(
     check_telescoping(telescoping)
     config = DiceConfig() if config is None else config
     objectives, single = as_list(objectives)
-    check_dataset(dataset)
+    dataset = check_dataset(dataset)
     with_return = any(objective.inner is not None for objective in objectives)
     data = augmented_data(dataset, with_return)
     if markov_policy:

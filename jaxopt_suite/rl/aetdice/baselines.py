@@ -53,7 +53,7 @@ def discounted_problem(dataset, objective: AET, discount: float) -> DiceProblem:
             f"the discounted DICE baselines optimise SER objectives (h = id), got "
             f"{objective.criterion}; AETDICE handles the others"
         )
-    check_dataset(dataset, objective)
+    dataset = check_dataset(dataset, objective)
     rewards = step_rows(dataset.rewards, flatten_steps(dataset.mask))
     # g's argument is the discounted return, E_d[r] / (1 - gamma); sigma is taken along g's
     # gradient at the dataset's value of it.
@@ -79,7 +79,7 @@ def _check_discount(discount: float) -> float:
 def _train_discounted(method, dataset, objectives, key, config, discount):
     config = DiceConfig() if config is None else config
     discount = _check_discount(discount)
-    check_dataset(dataset)
+    dataset = check_dataset(dataset)
     data = markov_data(dataset, discount)
     problems = [discounted_problem(dataset, objective, discount) for objective in objectives]
     keys = jax.random.split(key, len(problems))
@@ -121,7 +121,7 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     config = dataclasses.replace(
         DiceConfig() if config is None else config, behaviour_conditioned=True
     )
-    check_dataset(dataset)
+    dataset = check_dataset(dataset)
     objectives, single = as_list(objectives)
     size = dataset.rewards.shape[-1]
     for objective in objectives:

@@ -79,9 +79,10 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-from jaxopt_suite._checks import check_settings
+from jaxopt_suite._checks import check_scalar, check_settings
 from jaxopt_suite.rl.networks import (
     MixturePolicy,
     ValueNetwork,
@@ -156,11 +157,15 @@ class DiceConfig:
     mass_learning_rate: float = 3e-2  # the mass bound's multiplier lambda (module docstring)
 
     def __post_init__(self):
-        # tuples, so the config hashes (it keys the compiled training functions)
-        object.__setattr__(self, "hidden", tuple(self.hidden))
-        object.__setattr__(self, "policy_hidden", tuple(self.policy_hidden))
+        # tuples, so the config hashes (it keys the compiled training functions); a string
+        # stays one, for checked() to refuse ("64" is not the widths ('6', '4'))
+        for name in ("hidden", "policy_hidden"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def checked(self) -> DiceConfig:
+        """The config with its numbers as Python floats (it keys compiled functions, and an
+        array does not hash), or a ``ValueError`` naming the first bad setting."""
         if self.divergence not in DIVERGENCES:
             raise ValueError(f"divergence must be one of {DIVERGENCES}, got {self.divergence!r}")
         check_settings(
@@ -168,10 +173,29 @@ class DiceConfig:
             integers=("iterations", "batch_size", "policy_components"),
             nonnegative=("gradient_penalty",),
             positive=("alpha", "learning_rate", "dual_learning_rate", "mass_learning_rate"),
+            widths=("hidden", "policy_hidden"),
+            scalar=True,
         )
-        if not 0.0 <= self.final_lr_fraction <= 1.0:
-            raise ValueError(f"final_lr_fraction must be in [0, 1], got {self.final_lr_fraction!r}")
-        return self
+        if isinstance(self.final_lr_fraction, bool | np.bool_):
+            raise ValueError(f"final_lr_fraction must be a number, got {self.final_lr_fraction!r}")
+        check_scalar(
+            "final_lr_fraction", self.final_lr_fraction, "lie in [0, 1]", lambda v: 0 <= v <= 1
+        )
+        for name in ("behaviour_conditioned", "mass_constraint"):  # "no" would read as true
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        floats = ("alpha", "learning_rate", "dual_learning_rate", "gradient_penalty")
+        floats += ("final_lr_fraction", "mass_learning_rate")
+        return dataclasses.replace(
+            self,
+            **{name: float(getattr(self, name)) for name in floats},
+            **{name: int(getattr(self, name)) for name in ("iterations", "batch_size")},
+            policy_components=int(self.policy_components),
+            hidden=tuple(int(w) for w in self.hidden),
+            policy_hidden=tuple(int(w) for w in self.policy_hidden),
+            behaviour_conditioned=bool(self.behaviour_conditioned),
+            mass_constraint=bool(self.mass_constraint),
+        )
 
 
 class DiceData(NamedTuple):

@@ -85,10 +85,11 @@ class TrainedPolicy:
         )  # fmt: skip
 
 
-def check_dataset(dataset, objective: AET | None = None) -> None:
-    """Raises ``ValueError`` unless ``dataset`` passes :func:`envs.validate_dataset` (an
-    episode-shaped :class:`envs.OfflineDataset`, consistent and finite) and its reward
-    vectors match ``objective``'s number of objectives, and the objective is defined on its
+def check_dataset(dataset, objective: AET | None = None):
+    """``dataset`` as :func:`envs.validate_dataset` returns it (float32 numpy arrays; train on
+    this copy, which is the one checked), or a ``ValueError`` unless it passes that check (an
+    episode-shaped :class:`envs.OfflineDataset`, consistent and finite), its reward vectors
+    match ``objective``'s number of objectives, and the objective is defined on its
     returns."""
     from envs import OfflineDataset, validate_dataset
 
@@ -97,7 +98,7 @@ def check_dataset(dataset, objective: AET | None = None) -> None:
             f"dataset must be an envs.OfflineDataset (envs.collect or envs.load), got "
             f"{type(dataset).__name__}"
         )
-    validate_dataset(dataset)
+    dataset = validate_dataset(dataset)
     mask = np.asarray(dataset.mask)
     if mask.shape[0] == 0:
         raise ValueError("dataset holds no episodes (dataset.mask has shape (0, T))")
@@ -108,7 +109,7 @@ def check_dataset(dataset, objective: AET | None = None) -> None:
             "episode(s) without a step): drop them"
         )
     if objective is None:
-        return
+        return dataset
     size = np.shape(dataset.rewards)[-1]
     expected = objective.utility.weights.shape[0]
     if size != expected:
@@ -119,6 +120,7 @@ def check_dataset(dataset, objective: AET | None = None) -> None:
     rewards = np.asarray(dataset.rewards, np.float64) * np.asarray(dataset.mask)[..., None]
     partial = np.concatenate([np.zeros_like(rewards[:, :1]), np.cumsum(rewards, axis=1)], 1)
     objective.check_returns(partial, partial[:, -1])
+    return dataset
 
 
 def flatten_steps(mask: np.ndarray) -> np.ndarray:
@@ -166,12 +168,21 @@ def as_list(objectives) -> tuple[list, bool]:
     """``(objectives as a list, whether one objective was given)``; a ``TypeError`` for
     anything but :class:`.utilities.AET` objectives, a ``ValueError`` for none."""
     single = isinstance(objectives, AET)
+    if not single and (isinstance(objectives, tuple) and hasattr(objectives, "_fields")):
+        # a bare utility is a NamedTuple too: list() took its fields for objectives
+        raise TypeError(
+            f"objectives must be AET objectives, got {type(objectives).__name__}: wrap a "
+            "utility with ser(...) or esr(...)"
+        )
     listed = [objectives] if single else list(objectives)
     if not listed:
         raise ValueError("objectives is empty: give an AET objective or a list of them")
     for objective in listed:
         if not isinstance(objective, AET):
-            raise TypeError(f"objectives must be AET objectives, got {type(objective).__name__}")
+            raise TypeError(
+                f"objectives must be AET objectives, got {type(objective).__name__}: wrap a "
+                "utility with ser(...) or esr(...)"
+            )
     return listed, single
 
 
@@ -296,6 +307,20 @@ def _rollout(
     k_reset, k_steps = jax.random.split(key)
     state = jax.vmap(env.reset)(jax.random.split(k_reset, episodes))
     size = state.info["reward_vector"].shape[-1]
+    # checked while tracing: the policy's input (and the label's share of it) against the
+    # env's observation as the policy sees it
+    width = state.obs.shape[-1] - (size if features == "timed" else 0)
+    trained = mean.shape[-1] - (0 if label is None else label.shape[-1])
+    if width != trained:
+        raise ValueError(
+            f"env gives the policy {width} features ({features} features of its observation), "
+            f"but the policy was trained on {trained}: evaluate it in the environment its "
+            "dataset came from"
+        )
+    if action_size != env.action_size:
+        raise ValueError(
+            f"env takes actions of size {env.action_size}, the policy gives {action_size}"
+        )
 
     def step(carry, key):
         state, alive, total = carry
@@ -331,7 +356,21 @@ def rollout_returns(
     the episode ends. Actions are sampled unless ``deterministic``: under SER a stationary
     policy may need to randomise to reach the optimum (a deterministic one picks a vertex).
     A behaviour-conditioned policy acts at its ``label``."""
-    horizon = policy.horizon if horizon is None else int(horizon)
+    from envs.offline import _check_unbatched
+
+    if not isinstance(policy, TrainedPolicy):
+        raise TypeError(
+            f"policy must be a TrainedPolicy, got {type(policy).__name__} (training on a list "
+            "of objectives returns a list of policies: pass one)"
+        )
+    _check_unbatched(env)
+    episodes = check_integer("episodes", episodes, 1)
+    horizon = policy.horizon if horizon is None else check_integer("horizon", horizon, 1)
+    if policy.features in ("augmented", "timed") and horizon > policy.horizon:
+        raise ValueError(
+            f"horizon={horizon} exceeds the policy's horizon {policy.horizon}: its time feature "
+            f"t / {policy.horizon} was trained on t < {policy.horizon} only"
+        )
     if policy.features in ("augmented", "timed"):
         env = _augmented(env, policy.horizon)
     static = (policy.features, policy.config, policy.action_size)
@@ -359,6 +398,11 @@ def evaluate(env, policy: TrainedPolicy, objective, key: jax.Array, *, episodes:
     from jaxopt_suite.rl.aetdice.utilities import aet_value
 
     check_integer("episodes", episodes, 1)
+    if not isinstance(objective, AET):  # before the rollouts, not after them
+        raise TypeError(
+            f"objective must be an AET objective, got {type(objective).__name__}: wrap a "
+            "utility with ser(...) or esr(...)"
+        )
     k_select, k_measure = jax.random.split(key)
     scores = {
         mode: float(

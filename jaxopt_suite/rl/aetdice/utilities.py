@@ -516,8 +516,31 @@ def aet_value(objective: AET, returns: jax.Array, weights: jax.Array | None = No
     value of the objective. Concrete returns are checked first: a ValueError where ``h`` is
     undefined on them or ``g`` on their mean ``h`` (e.g. Nash welfare of a negative return
     without a shift, which would read as NaN); traced ones (under ``jit`` or ``vmap``) are
-    not."""
+    not. ``returns`` must be ``(n, m)`` with ``n >= 1``, ``weights`` (concrete ones) ``n``
+    finite numbers >= 0 with a positive sum."""
+    if not isinstance(objective, AET):
+        raise TypeError(
+            f"objective must be an AET objective, got {type(objective).__name__}: wrap a "
+            "utility with ser(...) or esr(...)"
+        )
+    returns = jnp.asarray(returns)
+    if returns.ndim != 2 or returns.shape[0] < 1:  # (k, n, m) gave k values
+        raise ValueError(f"returns must have shape (n >= 1, m), got {returns.shape}")
     _like(objective.utility.weights, returns)  # a ValueError unless they have m objectives
+    if weights is not None:
+        weights = jnp.asarray(weights)
+        if weights.shape != returns.shape[:1]:
+            raise ValueError(
+                f"weights must have shape ({returns.shape[0]},), one per return, got "
+                f"{weights.shape}"
+            )
+        if not isinstance(weights, jax.core.Tracer):
+            w = np.asarray(weights, np.float64)
+            if not (np.all(np.isfinite(w)) and np.all(w >= 0) and w.sum() > 0):
+                raise ValueError(
+                    "weights must be finite and >= 0 with a positive sum (a weighted mean), "
+                    f"got min {w.min():.4g}, sum {w.sum():.4g}"
+                )
     if objective.inner is not None and not isinstance(returns, jax.core.Tracer):
         objective.inner.check_returns(returns, "the returns")
     transformed = objective.transform(returns)
