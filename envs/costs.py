@@ -29,7 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs._brax import Env, State, Wrapper
-from envs._checks import check_kind, check_nonnegative, check_points, check_positive
+from envs._checks import (
+    check_kind,
+    check_limit,
+    check_nonnegative,
+    check_points,
+    check_positive,
+)
 
 # Safety-Gymnasium v1 velocity thresholds (``SafetyXVelocity-v1``; the v0 ones are lower).
 VELOCITY_THRESHOLDS: dict[str, float] = {
@@ -53,6 +59,7 @@ def velocity_cost(
     ``max(0, speed - threshold)``, a graded variant that says how far over the limit it is.
     """
     check_kind(kind, VELOCITY_KINDS)
+    check_limit(threshold, "threshold")  # NaN: never over the limit
     if planar:
         speed = jnp.sqrt(velocity[..., 0] ** 2 + velocity[..., 1] ** 2)
     else:
@@ -72,6 +79,7 @@ def hazard_cost(
     gives ``1[min_i dist_i < size]`` (their ``constrain_indicator`` form).
     """
     check_kind(kind, HAZARD_KINDS)
+    check_limit(size, "size")  # a negative radius costs nothing anywhere
     centres = jnp.asarray(centres)
     # Lead the centres with one axis per batch axis of xy (rank promotion is explicit here).
     centres = centres.reshape((1,) * (xy.ndim - 1) + centres.shape)
@@ -94,6 +102,9 @@ def limit_cost(
     height indicator counts).
     """
     low, high = height_range
+    check_limit(joint_limit, "joint_limit")
+    if not any(isinstance(v, jax.core.Tracer) for v in (low, high)) and not low <= high:
+        raise ValueError(f"height_range={height_range!r} must have low <= high (no NaN)")
     outside = ((height < low) | (height > high)).astype(jnp.float32)
     excess = jnp.sum(jnp.maximum(jnp.abs(joint_angles) - joint_limit, 0.0), axis=-1)
     return (outside + excess).astype(jnp.float32)

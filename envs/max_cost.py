@@ -24,6 +24,8 @@ leaves ``info`` as it was, so a maximum kept in ``info`` would leak into the nex
 
 from __future__ import annotations
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 
@@ -180,8 +182,10 @@ def wrap_for_training(env: Env, episode_length: int, action_repeat: int = 1) -> 
       action_repeat: inner steps per action, > 0.
     """
     for name, value in (("episode_length", episode_length), ("action_repeat", action_repeat)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        # a NumPy integer is one (the configs' checks take it)
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{name}={value!r} must be a positive int")
+    episode_length, action_repeat = int(episode_length), int(action_repeat)
     layers = _layers(env)
     if not any(isinstance(layer, CostWrapper) for layer in layers):
         raise ValueError(

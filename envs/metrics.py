@@ -66,7 +66,9 @@ def episode_statistics(
         # where, not a product with the mask: unfinished entries may hold anything, even NaN.
         return jnp.sum(jnp.where(mask, jnp.asarray(values, jnp.float32), 0.0))
 
-    violated = jnp.asarray(episode_max_cost, jnp.float32) > cost_limit
+    # a NaN max cost makes the probability NaN, not a safe episode
+    episode_max = jnp.asarray(episode_max_cost, jnp.float32)
+    violated = jnp.where(jnp.isnan(episode_max), jnp.nan, episode_max > cost_limit)
     # 0/0 gives NaN, the honest mean of no episodes.
     return {
         "EpRet": total(episode_return) / count,

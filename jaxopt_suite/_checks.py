@@ -121,3 +121,36 @@ def check_settings(
         check(name, getattr(config, name), "lie in (0, 1]", lambda v: 0 < v <= 1)
     for name in widths:
         check_widths(name, getattr(config, name))
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool, or a ValueError naming ``name``: a Python or NumPy bool only
+    (the string "no" would read as true, 0.5 as a flag)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def python_numbers(config):
+    """The dataclass ``config`` (already checked) with its NumPy and JAX scalars as Python
+    ints and floats, and ``hidden``-like tuples of ints: a config is hashed as a static
+    argument and recorded as JSON (checkpoints), and an array scalar does neither."""
+    import dataclasses
+
+    values = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, bool | np.bool_):
+            value = bool(value)
+        elif isinstance(value, numbers.Integral):
+            value = int(value)
+        elif isinstance(value, numbers.Real | np.floating) or (
+            isinstance(value, jax.Array) and value.shape == ()
+        ):
+            value = float(value)
+        elif isinstance(value, tuple) and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value
+        ):
+            value = tuple(int(v) for v in value)
+        values[field.name] = value
+    return dataclasses.replace(config, **values)

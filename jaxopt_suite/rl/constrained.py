@@ -33,7 +33,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from envs import wrap_for_training
-from jaxopt_suite._checks import check_settings
+from jaxopt_suite._checks import check_flag, check_settings, python_numbers
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_kl, gaussian_log_prob
 from jaxopt_suite.rl.rollout import (
@@ -47,6 +47,7 @@ from jaxopt_suite.rl.training import (
     TrainResult,
     check_env,
     collect,
+    config_settings,
     constraint_value,
     init_params,
     iteration_metrics,
@@ -125,10 +126,12 @@ class TrustRegionConfig:
             unit=("discount", "gae_lambda", "cost_discount", "cost_gae_lambda",
                   "backtrack_decay"),
             widths=("hidden",),
+            scalar=True,  # an array cost_limit failed to broadcast inside the update
         )  # fmt: skip
         if self.episode_length < 2:  # a one-step episode is all truncation: no returns
             raise ValueError(f"episode_length must be >= 2, got {self.episode_length}")
-        return self
+        check_flag("normalize_observations", self.normalize_observations)
+        return python_numbers(self)
 
 
 class _Carry(NamedTuple):
@@ -188,7 +191,7 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
 
     def policy_step(params: Params, batch: Transition, data: Prepared, c):
         weights, obs = data.weights, data.obs
-        total = jnp.sum(weights)
+        total = jnp.maximum(jnp.sum(weights), 1.0)  # all truncated: 0 / 0 (prepare)
         episodes = episodes_in(batch, config.episode_length)
         old_mean, old_log_std = policy.apply(params.policy, obs)
         flat0, unravel = ravel_pytree(params.policy)
@@ -271,8 +274,9 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
             no_episodes(),
         )
 
-    # the settings besides iterations that fix the carry's shapes, for checkpoints
-    settings = (("num_envs", config.num_envs), ("hidden", tuple(config.hidden)))
+    # every setting and the env's wrappers, for checkpoints: the three algorithms' carries
+    # have the same shapes, and a CPO checkpoint was resumed as an ASCPO run
+    settings = config_settings(config, env)
     return Trainer(
         init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size,
         settings,

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import optax
 
 from envs import wrap_for_training
-from jaxopt_suite._checks import check_settings
+from jaxopt_suite._checks import check_flag, check_settings, python_numbers
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_log_prob
 from jaxopt_suite.rl.rollout import EpisodeStats
@@ -46,6 +46,7 @@ from jaxopt_suite.rl.training import (
     TrainResult,
     check_env,
     collect,
+    config_settings,
     constraint_value,
     init_params,
     iteration_metrics,
@@ -110,10 +111,12 @@ class PPOLagrangianConfig:
                          "lagrange_learning_rate"),
             positive=("clip", "learning_rate"),
             unit=("discount", "gae_lambda", "cost_discount", "cost_gae_lambda"),
+            scalar=True,  # an array lagrange_init failed as a non-scalar gradient
         )  # fmt: skip
         if self.episode_length < 2:  # a one-step episode is all truncation: no returns
             raise ValueError(f"episode_length must be >= 2, got {self.episode_length}")
-        return self
+        check_flag("normalize_observations", self.normalize_observations)
+        return python_numbers(self)
 
 
 class _Carry(NamedTuple):
@@ -203,7 +206,7 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
 
         # standardised like the reward's (OmniSafe's default for its Lagrangian PPO): the
         # multiplier then trades advantages of one scale instead of fighting the cost's units
-        total = jnp.sum(data.weights)
+        total = jnp.maximum(jnp.sum(data.weights), 1.0)  # all truncated: 0 / 0 (prepare)
         spread = jnp.sqrt(jnp.sum(data.weights * data.cost_advantage**2) / total)
         cost_advantage = data.cost_advantage / (spread + 1e-8)
         flat = jax.tree.map(
@@ -257,12 +260,9 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
             env_state, no_episodes(),
         )  # fmt: skip
 
-    # the settings besides iterations that fix the carry's shapes, for checkpoints
-    settings = (
-        ("num_envs", config.num_envs),
-        ("hidden", tuple(config.hidden)),
-        ("lagrange_optimizer", config.lagrange_optimizer),
-    )
+    # every setting and the env's wrappers, for checkpoints: both variants' carries have
+    # the same shapes, and one's checkpoint was resumed as the other's run
+    settings = config_settings(config, env)
     return Trainer(
         init, iteration, lambda carry: carry.params, config.iterations, obs_size, action_size,
         settings,

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxopt_suite._checks import check_finite_nonnegative
 from jaxopt_suite.rl.gae import gae
@@ -99,6 +100,8 @@ def episode_stats(batch: Transition, limit: float | jax.Array) -> EpisodeStats:
     """The statistics of the episodes that ended in ``batch`` (zeros when none did).
     ``limit`` (the cost limit ``w``) must be finite and >= 0 when concrete: against a NaN
     limit no episode would count as a violation; a traced one is not checked."""
+    if isinstance(limit, bool | np.bool_):  # True read as a limit of 1
+        raise ValueError(f"cost_limit must be a number, not a bool, got {limit!r}")
     check_finite_nonnegative("cost_limit", limit)
     done = batch.episode_done.astype(jnp.float32)
     count = jnp.sum(done)
@@ -107,6 +110,12 @@ def episode_stats(batch: Transition, limit: float | jax.Array) -> EpisodeStats:
     def mean(x):
         return jnp.sum(done * x) / safe
 
+    # a finished episode's NaN max cost makes the rate NaN, not a safe episode
+    violated = jnp.where(
+        (done > 0) & jnp.isnan(batch.episode_max_cost),
+        jnp.nan,
+        (batch.episode_max_cost > limit).astype(jnp.float32),
+    )
     max_cost = mean(batch.episode_max_cost)
     variance = mean((batch.episode_max_cost - max_cost) ** 2)
     steps = jnp.maximum(jnp.sum(done * batch.episode_length), 1.0)
@@ -117,7 +126,7 @@ def episode_stats(batch: Transition, limit: float | jax.Array) -> EpisodeStats:
         episode_max_cost=max_cost,
         max_cost_variance=variance,
         cost_rate=jnp.sum(done * batch.episode_cost) / steps,
-        violation=mean((batch.episode_max_cost > limit).astype(jnp.float32)),
+        violation=mean(violated),
     )
 
 
@@ -158,7 +167,9 @@ def prepare(
     obs = normalize(stats, batch.obs)
     last_obs = normalize(stats, final_obs)
     weights = 1.0 - batch.truncation
-    total = jnp.sum(weights)
+    # every step truncated (unroll_length 1 as all envs hit the time limit): 0 / 0 made the
+    # advantages NaN, and the NaN gradients (times weight 0) every parameter NaN for good
+    total = jnp.maximum(jnp.sum(weights), 1.0)
 
     def weighted_mean(x):
         return jnp.sum(weights * x) / total

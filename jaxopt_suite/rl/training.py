@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_integer, check_widths
+from jaxopt_suite._checks import check_integer, check_key, check_widths
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy
 from jaxopt_suite.rl.normalization import RunningStats, init_stats, update_stats
@@ -147,21 +147,56 @@ def iteration_metrics(stats: EpisodeStats, last: EpisodeStats, constraint) -> di
     }
 
 
-def check_env(env) -> None:
-    """The algorithms need the per-step cost and the max-cost increment in ``state.info``:
-    an environment from :func:`envs.make` (with ``max_cost=True``, the default)."""
-    from envs import CostWrapper, MaxCostWrapper
-
+def _wrappers(env) -> list:
+    """``env``'s layers, outermost first."""
     layers, layer = [], env
     while layer is not None:
         layers.append(layer)
         layer = getattr(layer, "env", None)
+    return layers
+
+
+def check_env(env) -> None:
+    """The algorithms need the per-step cost and the max-cost increment in ``state.info``:
+    an environment from :func:`envs.make` (with ``max_cost=True``, the default), whose
+    :class:`envs.MaxCostWrapper` sits outside every cost wrapper (a cost wrapper outside it
+    replaces ``info['cost']`` after the increments were taken from the inner cost, so the
+    episode's summed cost and its maximum would measure different costs)."""
+    from envs import CostWrapper, MaxCostWrapper
+
+    layers = _wrappers(env)
+    names = [type(x).__name__ for x in layers]
     for needed in (CostWrapper, MaxCostWrapper):
         if not any(isinstance(x, needed) for x in layers):
             raise ValueError(
                 f"env must carry a {needed.__name__} (build it with envs.make(name), "
-                f"max_cost=True); its wrappers are {[type(x).__name__ for x in layers]}"
+                f"max_cost=True); its wrappers are {names}"
             )
+    outer_max = min(i for i, x in enumerate(layers) if isinstance(x, MaxCostWrapper))
+    outside = [names[i] for i, x in enumerate(layers[:outer_max]) if isinstance(x, CostWrapper)]
+    if outside:
+        raise ValueError(
+            f"env's cost wrapper {outside[0]} sits outside its MaxCostWrapper (wrappers "
+            f"{names}): the maximum would track another cost than info['cost']; wrap the "
+            "cost wrappers first and MaxCostWrapper last (envs.make(name, max_cost=False), "
+            "then the cost wrapper, then envs.MaxCostWrapper)"
+        )
+
+
+def env_description(env) -> str:
+    """``env``'s wrapper chain by class, outermost first (recorded with checkpoints)."""
+    return " > ".join(type(x).__name__ for x in _wrappers(env))
+
+
+def config_settings(config, env) -> tuple[tuple[str, Any], ...]:
+    """:attr:`Trainer.settings` of a trainer built from the dataclass ``config`` (checked,
+    so its numbers are Python ones) for ``env``: every field of the config and the env's
+    wrapper chain, so a checkpoint of another algorithm, variant, limit or env is refused by
+    name (their carries have the same shapes)."""
+    import dataclasses
+
+    fields = tuple((f.name, getattr(config, f.name)) for f in dataclasses.fields(config))
+    return (*fields, ("env", env_description(env)))
 
 
 def _scan(trainer: Trainer, carry, keys, first: int | jax.Array, progress):
@@ -187,9 +222,10 @@ def train_function(
 ) -> Callable[[jax.Array], TrainResult]:
     """``train(key)``: ``trainer.iterations`` iterations in one ``lax.scan``.
     ``progress(iteration, metrics)`` runs on the host after each (``jax.debug.callback``;
-    under ``vmap`` it sees the seeds' values stacked)."""
+    under ``vmap`` it is called once per seed, with that seed's values)."""
 
     def train(key: jax.Array) -> TrainResult:
+        check_key(key)  # an int key failed inside jax.random
         k_init, k_loop = jax.random.split(key)
         carry = trainer.init(k_init)
         carry, metrics = _scan(
@@ -201,7 +237,8 @@ def train_function(
 
 
 class ProgressBar:
-    """A rich progress bar for ``progress=``, showing the latest return and max cost::
+    """A rich progress bar for ``progress=``, showing the latest iteration's return and max
+    cost, averaged over the seeds under ``vmap`` (which calls it once per seed)::
 
     with ProgressBar(config.iterations) as bar:
         result = jax.jit(make_train(config, env, progress=bar))(key)
@@ -215,6 +252,7 @@ class ProgressBar:
             TimeElapsedColumn(), "{task.fields[status]}",
         )  # fmt: skip
         self._task = self._bar.add_task(description, total=total, status="")
+        self._iteration, self._seen = -1, []  # the latest iteration's (return, max cost)
 
     def __enter__(self) -> ProgressBar:
         self._bar.start()
@@ -224,11 +262,16 @@ class ProgressBar:
         self._bar.stop()
 
     def __call__(self, iteration, metrics: dict) -> None:
-        ret = float(np.mean(metrics["episode_return"]))
-        max_cost = float(np.mean(metrics["episode_max_cost"]))
+        iteration = int(np.max(iteration))
+        if iteration != self._iteration:
+            self._iteration, self._seen = iteration, []
+        self._seen.append(
+            (np.mean(metrics["episode_return"]), np.mean(metrics["episode_max_cost"]))
+        )
+        ret, max_cost = (float(v) for v in np.mean(self._seen, axis=0))
         self._bar.update(
             self._task,
-            completed=int(np.max(iteration)) + 1,
+            completed=iteration + 1,
             status=f"EpRet {ret:.3g}  EpMaxCost {max_cost:.3g}",
         )
 
@@ -270,7 +313,7 @@ def _check_resumable(saved: dict, current: dict, directory: Path) -> None:
         pairs = ", ".join(f"{name}={old[name]!r} there, {new[name]!r} here" for name in differing)
         raise ValueError(
             f"the checkpoint in {directory} was written by a trainer with other settings "
-            f"({pairs}): its carry and metrics do not fit this trainer; {advice}"
+            f"({pairs}): resuming would continue that run, not this one; {advice}"
         )
     old, new = saved["layout"], current["layout"]  # written together with the settings
     mismatches = [
@@ -302,17 +345,18 @@ def train_with_checkpoints(
     with the carry and the metrics so far saved (orbax) after each chunk; when
     ``directory`` holds checkpoints, training resumes after the latest. The result equals
     an uninterrupted run's. A checkpoint written for other observation or action sizes, or
-    by a trainer with another ``iterations`` or other :attr:`Trainer.settings` (e.g.
-    ``num_envs``, ``hidden``), or whose carry or metrics otherwise have other shapes, or
-    from another ``key`` (it would continue that run under this one's name), is
-    refused with a ``ValueError`` naming what differs, before anything is restored
+    by a trainer with another ``iterations`` or other :attr:`Trainer.settings` (every config
+    field, the algorithm or variant among them, and the env's wrappers), or whose carry or
+    metrics otherwise have other shapes, or from another ``key`` (it would continue that run
+    under this one's name), is refused with a ``ValueError`` naming what differs, before
+    anything is restored
     (continuing a finished run to more iterations is not supported: the iteration keys are
     split for the whole run). The chunk is compiled once per ``(trainer, progress)``, so
     both must be hashable; calls that share them (several seeds, a resume) compile once."""
     import orbax.checkpoint as ocp
 
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"every must be an integer >= 1, got {every!r}")
+    every = check_integer("every", every, 1)
+    check_key(key)
     # 0 kept nothing: a restart retrained from scratch without a word
     check_integer("max_to_keep", max_to_keep, 1)
     try:  # the compiled chunk is cached by trainer and progress (``_chunk``)
@@ -431,12 +475,16 @@ def evaluate(
     """Rollouts of the deterministic (mean) policy, or of the sampled one when
     ``deterministic`` is false: ``num_envs`` environments for ``episode_length`` steps; the
     statistics of the episodes that ended (every environment ends at least one: the time
-    limit)."""
+    limit). An environment whose episodes end early (a goal, a fall) ends several in the
+    window, so short episodes weigh more than in a sample of first episodes."""
     from envs import wrap_for_training
 
     # no rollouts would read as no violations
-    check_integer("num_envs", num_envs, 1)
-    check_integer("episode_length", episode_length, 1)
+    num_envs = check_integer("num_envs", num_envs, 1)
+    episode_length = check_integer("episode_length", episode_length, 1)
+    check_key(key)
+    if not isinstance(deterministic, bool | np.bool_):  # "False" would read as true
+        raise ValueError(f"deterministic must be a bool, got {deterministic!r}")
     check_env(env)
     hidden = check_widths("hidden", hidden)
     _check_policy_params(env, params, hidden)

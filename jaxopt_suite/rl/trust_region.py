@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from jaxopt_suite._checks import check_integer, check_scalar
+
 _EPS = 1e-8
 
 
@@ -60,6 +62,9 @@ def conjugate_gradient(
 ) -> CGResult:
     """Solves ``A x = b`` for symmetric positive definite ``A`` given as ``matvec``, from
     ``x = 0``, until ``|r|^2 <= tolerance`` or ``max_iterations`` (a ``lax.while_loop``)."""
+    # a NaN tolerance or max_iterations <= 0 returned x = 0 after no iteration
+    check_integer("max_iterations", max_iterations, 1)
+    check_scalar("tolerance", tolerance, "be >= 0", lambda v: v >= 0)
 
     def cond(state):
         _, _, _, rr, k = state
@@ -119,6 +124,8 @@ def cpo_direction(
 ) -> CPODirection:
     """The CPO step from the gradients ``g`` (loss) and ``b`` (cost surrogate), the
     constraint value ``c`` and ``H^-1 g``, ``H^-1 b`` (see the module docstring)."""
+    # a negative max_kl gave a NaN step (case 3), a NaN one a step of any size
+    check_scalar("max_kl", max_kl, "be finite and > 0", lambda v: 0 < v < float("inf"))
     delta = jnp.asarray(max_kl, g.dtype)
     v, u = hinv_g, hinv_b
     q, r, s = jnp.vdot(g, v), jnp.vdot(g, u), jnp.vdot(b, u)
@@ -183,6 +190,10 @@ def backtracking_line_search(
     accept the first trial whose KL is ``<= max_kl``, whose cost surrogate rose by at most
     ``max(-c, 0)``, and, when the step was not a recovery (case > 1), whose loss did not
     rise. ``evaluate(flat) -> (loss, cost_surrogate, kl)`` on flat parameters."""
+    # decay > 1 or a NaN max_kl rejected every trial without a word
+    check_scalar("max_kl", max_kl, "be finite and > 0", lambda v: 0 < v < float("inf"))
+    check_scalar("decay", decay, "lie in (0, 1]", lambda v: 0 < v <= 1)
+    check_integer("max_backtracks", max_backtracks, 1)
     loss0, cost0, _ = evaluate(params)
     allowed = jnp.maximum(-constraint, 0.0)
 

@@ -133,3 +133,20 @@ def test_point_goal_dynamics_and_reward():
     near = env._pipeline_state(jnp.array([0.85, 0.0]), jnp.zeros(2))
     state = step(state.replace(pipeline_state=near), np.array([1.0, 0.0], np.float32))
     assert state.done == 1.0 and state.reward > 5.0
+
+
+def test_the_cost_functions_check_concrete_parameters():
+    # each gave a cost of 0 (or 1) for a parameter that means nothing
+    with pytest.raises(ValueError, match="threshold=nan must be finite and >= 0"):
+        envs.velocity_cost(jnp.array([100.0, 0.0, 0.0]), float("nan"), planar=False)
+    with pytest.raises(ValueError, match="size=-0.5 must be finite and >= 0"):
+        envs.hazard_cost(jnp.zeros(2), jnp.zeros((1, 2)), -0.5)
+    with pytest.raises(ValueError, match="joint_limit=-1 must be finite and >= 0"):
+        envs.limit_cost(jnp.array(0.5), jnp.zeros(2), height_range=(0.0, 1.0), joint_limit=-1)
+    with pytest.raises(ValueError, match=r"height_range=\(1.0, 0.2\) must have low <= high"):
+        envs.limit_cost(jnp.array(0.5), jnp.zeros(2), height_range=(1.0, 0.2), joint_limit=1.0)
+    # traced parameters pass (their values are unknown while tracing)
+    costs = jax.vmap(lambda w: envs.velocity_cost(jnp.array([2.0, 0.0, 0.0]), w, planar=False))(
+        jnp.array([1.0, 3.0])
+    )
+    np.testing.assert_array_equal(costs, [1.0, 0.0])

@@ -127,3 +127,13 @@ def test_episode_statistics_check_a_concrete_cost_limit():
     )(jnp.array([0.0, 1.5]))
     np.testing.assert_allclose(violation, [2 / 3, 1 / 3])
     assert envs.episode_statistics(ones, ones, max_cost, ones, ones, 0)["NumEpisodes"] == 3
+
+
+def test_a_finished_episode_with_a_nan_max_cost_is_not_counted_safe():
+    ones = jnp.ones(2)
+    stats = envs.episode_statistics(ones, ones, jnp.array([2.0, jnp.nan]), ones, ones, 1.0)
+    assert np.isnan(stats["ViolationProbability"])  # was 0.5: the NaN episode read as safe
+    # an unfinished entry may hold anything
+    done = jnp.array([1.0, 0.0])
+    stats = envs.episode_statistics(ones, ones, jnp.array([2.0, jnp.nan]), ones, done, 1.0)
+    assert float(stats["ViolationProbability"]) == 1.0

@@ -84,3 +84,25 @@ def test_episode_stats_check_a_concrete_cost_limit():
     # traced (a vmapped limit) passes unchecked
     violation = jax.vmap(lambda w: episode_stats(batch, w).violation)(jnp.array([0.5, 1.5]))
     np.testing.assert_allclose(violation, [2 / 3, 1 / 3])
+
+
+def test_episode_stats_count_a_finished_nan_max_cost_as_no_safe_episode():
+    fields = {name: jnp.ones((1, 2)) for name in Transition._fields}
+    batch = Transition(**fields | {"episode_max_cost": jnp.array([[2.0, jnp.nan]])})
+    assert np.isnan(float(episode_stats(batch, 1.0).violation))  # was 0.5
+    unfinished = batch._replace(episode_done=jnp.array([[1.0, 0.0]]))
+    assert float(episode_stats(unfinished, 1.0).violation) == 1.0
+
+
+def test_progress_bar_averages_the_seeds_of_an_iteration():
+    from jaxopt_suite.rl.training import ProgressBar
+
+    bar = ProgressBar(3)
+    shown = []
+    bar._bar.update = lambda task, completed, status: shown.append((completed, status))
+    # under vmap the callback runs once per seed, with that seed's scalars
+    for iteration, returns in ((0, (1.0, 3.0)), (1, (-2.0, 4.0, 7.0))):
+        for value in returns:
+            bar(np.int32(iteration), {"episode_return": value, "episode_max_cost": 0.5})
+    assert shown[1] == (1, "EpRet 2  EpMaxCost 0.5")  # the mean of seeds 1 and 3
+    assert shown[-1] == (2, "EpRet 3  EpMaxCost 0.5")  # (-2 + 4 + 7) / 3, not the last seed

@@ -128,6 +128,18 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
             ValueError, match=r"written by a trainer with other settings \(" + message
         ):
             train_with_checkpoints(other, key, tmp_path, every=3)
+    # another algorithm, limit or variant has a carry of the same shapes: a CPO checkpoint
+    # was resumed (or, finished, returned) as an ASCPO run
+    for change, message in [
+        ({"algorithm": "cpo"}, r"algorithm='ascpo' there, 'cpo' here"),
+        ({"cost_limit": 3.0}, r"cost_limit=0.05 there, 3.0 here"),
+        ({"k": 1.0, "max_kl": 0.5}, r"max_kl=0.05 there, 0.5 here, k=4.36 there, 1.0 here"),
+    ]:
+        other = make_trainer(dataclasses.replace(config, **change), env)
+        with pytest.raises(
+            ValueError, match=r"other settings \(" + message + r".*continue that run, not this one"
+        ):
+            train_with_checkpoints(other, key, tmp_path, every=3)
     # a trainer that names no settings: the differing leaves, with [shape, dtype] both sides
     anonymous = make_trainer(dataclasses.replace(config, num_envs=2), env)._replace(settings=())
     with pytest.raises(
@@ -256,6 +268,64 @@ def test_the_certificate_and_bad_input(env):
     with pytest.raises(ValueError, match="trainer and progress must be hashable"):
         train_with_checkpoints(make_trainer(CONFIG, env), jax.random.key(0), "/tmp/x",
                                every=1, progress=Unhashable())  # fmt: skip
+
+
+def test_numbers_flags_keys_and_wrapper_order_are_checked(env, ascpo_run, tmp_path):
+    one = jax.tree.map(lambda a: a[0], ascpo_run.params)
+    settings = dict(num_envs=2, episode_length=5, cost_limit=LIMIT)
+    # arrays failed to broadcast inside the update; "no" turned normalisation on
+    with pytest.raises(ValueError, match=r"cost_limit must be a scalar, got shape \(2,\)"):
+        make_train(dataclasses.replace(CONFIG, cost_limit=np.array([0.1, 0.2])), env)
+    with pytest.raises(ValueError, match=r"lagrange_init must be a scalar, got shape \(2,\)"):
+        make_ppo_train(PPOLagrangianConfig(lagrange_init=np.array([0.1, 0.2])), env)
+    for make, config in ((make_train, CONFIG), (make_ppo_train, PPOLagrangianConfig())):
+        with pytest.raises(ValueError, match="normalize_observations must be a bool, got 'no'"):
+            make(dataclasses.replace(config, normalize_observations="no"), env)
+        with pytest.raises(ValueError, match="max_kl must be a number, not a bool|clip must be"):
+            field = "max_kl" if make is make_train else "clip"
+            make(dataclasses.replace(config, **{field: True}), env)
+    # NumPy integers are integers (the config took them, the env wrapper refused them)
+    small = dataclasses.replace(CONFIG, num_envs=np.int64(2), episode_length=np.int64(10),
+                                unroll_length=10, iterations=1, critic_steps=1)  # fmt: skip
+    checked = small.checked()
+    assert type(checked.num_envs) is int and type(checked.episode_length) is int
+    make_trainer(small, env)
+    evaluate(env, one, jax.random.key(0), num_envs=np.int64(2), episode_length=np.int64(5),
+             cost_limit=LIMIT)  # fmt: skip
+    trainer = make_trainer(small, env)
+    train_with_checkpoints(trainer, jax.random.key(0), tmp_path, every=np.int64(1))
+    # keys: an int failed inside jax.random
+    with pytest.raises(TypeError, match="key must be a jax PRNG key"):
+        jax.jit(make_train(small, env))(0)
+    with pytest.raises(TypeError, match="key must be a jax PRNG key"):
+        evaluate(env, one, 1, **settings)
+    # "False" evaluated the deterministic policy, a bool limit was 1.0
+    with pytest.raises(ValueError, match="deterministic must be a bool, got 'False'"):
+        evaluate(env, one, jax.random.key(0), deterministic="False", **settings)
+    with pytest.raises(ValueError, match="cost_limit must be a number, not a bool"):
+        evaluate(env, one, jax.random.key(0), **(settings | {"cost_limit": True}))
+    # a cost wrapper outside the MaxCostWrapper replaced info['cost'] after the increments
+    # were taken from the inner one: EpCost and EpMaxCost measured different costs
+    outside = envs.LimitCostWrapper(envs.make("point_goal_hazards"), height_range=(-1.0, 1.0))
+    with pytest.raises(ValueError, match="cost wrapper LimitCostWrapper sits outside its MaxCost"):
+        make_train(CONFIG, outside)
+
+
+def test_an_unroll_of_truncated_steps_only_leaves_the_parameters_finite(env):
+    # unroll_length 1 with all envs at the time limit together: every step of a batch is a
+    # truncation, and 0 / 0 turned the advantages, then every parameter, into NaN
+    ppo = PPOLagrangianConfig(num_envs=2, episode_length=2, unroll_length=1, iterations=4,
+                              minibatches=1, epochs=1, hidden=(8,))  # fmt: skip
+    trust = dataclasses.replace(CONFIG, num_envs=2, episode_length=2, unroll_length=1,
+                                iterations=4, critic_steps=2, cg_iterations=2,
+                                hidden=(8,))  # fmt: skip
+    for result in (
+        jax.jit(make_ppo_train(ppo, env))(jax.random.key(0)),
+        jax.jit(make_train(trust, env))(jax.random.key(0)),
+    ):
+        np.testing.assert_array_equal(result.metrics["episodes"], [0.0, 2.0, 0.0, 2.0])
+        for leaf in jax.tree.leaves(result.params):
+            assert np.all(np.isfinite(np.asarray(leaf)))
 
 
 def test_evaluation_checks_its_env_and_params_and_settings_their_widths(env, ascpo_run):

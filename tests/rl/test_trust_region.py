@@ -267,3 +267,30 @@ def test_the_surrogates_episode_count_follows_the_episodes_that_ended():
     np.testing.assert_allclose(float(jax.jit(episodes_in, static_argnums=1)(batch, 10)), 40 / 6)
     none_ended = batch._replace(episode_done=zeros)
     np.testing.assert_allclose(float(episodes_in(none_ended, 10)), 4.0)
+
+
+def test_trust_region_pieces_check_concrete_settings():
+    # each returned something that looked like a result: x = 0 after no iteration, a NaN
+    # step, or a search that rejected every trial
+    matvec, b = (lambda v: 2.0 * v), jnp.ones(2)
+    for kwargs, match in (
+        ({"tolerance": float("nan")}, "tolerance must be >= 0"),
+        ({"max_iterations": -3}, "max_iterations must be an integer >= 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            conjugate_gradient(matvec, b, **kwargs)
+    g = jnp.array([1.0, 0.0])
+    with pytest.raises(ValueError, match="max_kl must be finite and > 0, got -0.01"):
+        cpo_direction(g, g, jnp.array(-1.0), g, g, max_kl=-0.01)
+    direction = cpo_direction(g, g, jnp.array(-1.0), g, g, max_kl=0.01)
+
+    def evaluate(flat):
+        return jnp.sum(flat), jnp.sum(flat), jnp.sum(flat**2)
+
+    for kwargs, match in (
+        ({"max_kl": float("nan")}, "max_kl must be finite and > 0"),
+        ({"max_kl": 0.01, "decay": 1.5}, r"decay must lie in \(0, 1\]"),
+        ({"max_kl": 0.01, "max_backtracks": 0}, "max_backtracks must be an integer >= 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            backtracking_line_search(evaluate, jnp.zeros(2), direction, jnp.array(-1.0), **kwargs)
