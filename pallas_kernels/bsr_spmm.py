@@ -11,12 +11,17 @@ matrix's transpose (``BlockELL.from_scipy(matrix.T)``).
 ``interpret=None`` runs compiled on GPU and in interpret mode elsewhere (CPU lowering is
 interpret-only); :func:`bsr_spmm_reference` is the same product in plain ``jnp``. Both
 multiply in the dtype ``A`` and ``X`` promote to and return it.
+
+``X`` should be finite: a tile is dense, so its zeros (and a padding tile's, which reads
+block column 0) multiply entries of ``X`` that the row does not use, and ``0 * nan`` is NaN:
+a non-finite entry of ``X`` can reach rows a sparse product would leave finite.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +40,10 @@ class BlockSizes:
     def __post_init__(self):
         for name in ("bm", "bn"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            # a NumPy integer is one (kept as a Python int: the sizes are static)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            object.__setattr__(self, name, int(value))
 
 
 @functools.partial(
@@ -57,6 +64,12 @@ class BlockELL:
     def from_scipy(cls, matrix, block_sizes: BlockSizes = BlockSizes(), dtype=None) -> BlockELL:
         """Tiles a scipy sparse (or dense numpy) matrix; rows and columns are padded to
         multiples of the tile shape with zeros."""
+        if isinstance(block_sizes, tuple | list):  # (bm, bn)
+            block_sizes = BlockSizes(*block_sizes)
+        if not isinstance(block_sizes, BlockSizes):
+            raise TypeError(
+                f"block_sizes must be a BlockSizes or a (bm, bn) pair, got {block_sizes!r}"
+            )
         A = sp.csr_array(matrix)
         m, n = A.shape
         bm, bn = block_sizes.bm, block_sizes.bn
@@ -90,8 +103,31 @@ class BlockELL:
 
 
 def _check(A: BlockELL, X: jax.Array) -> None:
+    """Shapes (and, for concrete ``cols``, their range): a hand-built :class:`BlockELL` with
+    too few block rows for its ``shape`` returned fewer rows, and a column index past the
+    last block column was clamped by the gather to another column's panel."""
     if not isinstance(A, BlockELL):
         raise TypeError(f"A must be a BlockELL, got {type(A).__name__}")
+    bm, bn = A.block_sizes.bm, A.block_sizes.bn
+    m, n = A.shape
+    if A.cols.ndim != 2 or not jnp.issubdtype(A.cols.dtype, jnp.integer):
+        raise ValueError(f"A.cols must be integers of shape (nbr, K), got {A.cols.dtype} "
+                         f"{A.cols.shape}")  # fmt: skip
+    nbr, K = A.cols.shape
+    if A.blocks.shape != (nbr, K, bm, bn):
+        raise ValueError(
+            f"A.blocks must have shape (nbr, K, bm, bn) = {(nbr, K, bm, bn)}, got {A.blocks.shape}"
+        )
+    if nbr * bm < m:
+        raise ValueError(f"A has {nbr} block rows of {bm}, too few for its {m} rows")
+    if not isinstance(A.cols, jax.core.Tracer) and A.cols.size:
+        cols = np.asarray(A.cols)
+        nbc = max(-(-n // bn), 1)  # no columns: the padding tiles still name column 0
+        if cols.min() < 0 or cols.max() >= nbc:
+            raise ValueError(
+                f"A.cols must lie in [0, {nbc}) (block columns of {bn} for {n} columns), got "
+                f"values in [{cols.min()}, {cols.max()}]"
+            )
     if X.ndim != 2:
         raise ValueError(f"X must have shape (n, B), got {X.shape}")
     if X.shape[0] != A.shape[1]:
@@ -148,6 +184,8 @@ def bsr_spmm(
     tile shape ``(bm, bn)`` and ``B`` must then be powers of two). ``vmap``-safe (an extra
     grid axis per mapped dimension)."""
     _check(A, X)
+    if interpret is not None and not isinstance(interpret, bool | np.bool_):  # "no" is true
+        raise ValueError(f"interpret must be a bool or None, got {interpret!r}")
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     nbr, K = A.cols.shape

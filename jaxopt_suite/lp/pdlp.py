@@ -45,6 +45,7 @@ import scipy.sparse as sp
 from jax.experimental import io_callback
 from jax.experimental import sparse as jsparse
 
+from jaxopt_suite._checks import check_integer, check_scalar
 from jaxopt_suite.lp import native
 from jaxopt_suite.lp.operator import EllOperator, SharedOperator
 from jaxopt_suite.lp.precondition import Scaling, bound_objective_scales, equilibrate
@@ -90,6 +91,8 @@ class LPOptions(NamedTuple):
     # objective (descent); see _certificates. Raised to 100 eps of the solve's dtype
     # (1.2e-5 in float32; float64 keeps 1e-8), below which a float32 ray cannot pass
     infeasibility_tolerance: float = 1e-8
+    # checked at evaluations, every eval_every iterations: a solve stopped by it has run
+    # max_iterations rounded up to a multiple of eval_every (LPSolution.iterations says so)
     max_iterations: int = 100_000
     eval_every: int = 64
     # seconds, checked at evaluations: from the start of solve_lp / solve_lp_batch (for
@@ -771,26 +774,62 @@ def _compiled_options(options: LPOptions) -> LPOptions:
     return fixed if options.time_limit is None else fixed._replace(time_limit=1.0)
 
 
-def _check_options(options: LPOptions) -> None:
-    if not options.tolerance > 0:
-        raise ValueError(f"tolerance must be > 0, got {options.tolerance}")
-    if not options.infeasibility_tolerance > 0:
-        raise ValueError(
-            f"infeasibility_tolerance must be > 0, got {options.infeasibility_tolerance}"
-        )
-    every = options.eval_every
-    if isinstance(every, bool) or not isinstance(every, (int, np.integer)):
-        # a float would be truncated where the loop is traced (2.5 runs periods of 2)
-        raise ValueError(f"eval_every must be an int, got {every!r}")
-    if int(options.max_iterations) < 1 or int(options.eval_every) < 1:
-        raise ValueError(
-            "max_iterations and eval_every must be >= 1, got "
-            f"{options.max_iterations} and {options.eval_every}"
-        )
+def _real_option(name: str, value, expected: str, ok) -> float:
+    """``value`` as a float, or a ValueError naming option ``name``: one real number (not a
+    bool, a string or an array) that passes ``ok``."""
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must {expected} (a number, not a bool), got {value!r}")
+    check_scalar(name, value, expected, ok)
+    return float(value)
+
+
+def _check_options(options: LPOptions) -> LPOptions:
+    """``options`` with Python numbers (they key compiled functions and caches, where a jax
+    scalar does not hash), or a ValueError naming the first bad one."""
+    if not isinstance(options, LPOptions):
+        raise TypeError(f"options must be an LPOptions, got {type(options).__name__}")
+    # an infinite tolerance called an infeasible point OPTIMAL, an infinite infeasibility
+    # tolerance certified a boxed LP unbounded
+    tolerance = _real_option(
+        "tolerance", options.tolerance, "be finite and > 0", lambda v: 0 < v < math.inf
+    )
+    infeasibility = _real_option(
+        "infeasibility_tolerance",
+        options.infeasibility_tolerance,
+        "be finite and > 0",
+        lambda v: 0 < v < math.inf,
+    )
+    # counts are loop bounds in int32: integers (a float would be truncated where the loop
+    # is traced: 2.5 ran periods of 2), not bools, not beyond int32
+    counts = {}
+    for name, minimum in (("max_iterations", 1), ("eval_every", 1), ("ruiz_iterations", 0)):
+        value = check_integer(name, getattr(options, name), minimum)
+        if value > _INT32_MAX:
+            raise ValueError(f"{name} must be at most {_INT32_MAX}, got {value}")
+        counts[name] = value
     if options.matrix not in MATRIX_KINDS:
         raise ValueError(f"matrix must be one of {MATRIX_KINDS}, got {options.matrix!r}")
-    if options.time_limit is not None and not options.time_limit > 0:
-        raise ValueError(f"time_limit must be > 0 (or None), got {options.time_limit}")
+    time_limit = options.time_limit
+    if time_limit is not None:
+        time_limit = _real_option("time_limit", time_limit, "be > 0 (or None)", lambda v: v > 0)
+    alpha = options.pock_chambolle_alpha
+    if alpha is not None:
+        alpha = _real_option(
+            "pock_chambolle_alpha", alpha, "lie in [0, 2] (or None)", lambda v: 0 <= v <= 2
+        )
+    if not isinstance(options.scale_bounds, bool | np.bool_):  # "no" would read as true
+        raise ValueError(f"scale_bounds must be a bool, got {options.scale_bounds!r}")
+    return options._replace(
+        tolerance=tolerance,
+        infeasibility_tolerance=infeasibility,
+        time_limit=time_limit,
+        pock_chambolle_alpha=alpha,
+        scale_bounds=bool(options.scale_bounds),
+        **counts,
+    )
+
+
+_INT32_MAX = 2**31 - 1
 
 
 def _warm_vector(name, value, size):
@@ -820,13 +859,18 @@ def solve_lp(
     if not isinstance(lp, LP):
         raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
     options = LPOptions() if options is None else options
-    _check_options(options)
+    options = _check_options(options)
     start = time.perf_counter()
     data, scaling = _prepare(lp, options)
     m, n = lp.A.shape
     if warm_start is None:
         x0, y0 = np.zeros(n), np.zeros(m)
     else:
+        if not isinstance(warm_start, tuple | list) or len(warm_start) != 2:
+            raise ValueError(
+                f"warm_start must be a pair (x, y), got {type(warm_start).__name__}"
+                + (f" of length {len(warm_start)}" if isinstance(warm_start, tuple | list) else "")
+            )
         x0 = _warm_vector("warm_start x", warm_start[0], n)
         y0 = _warm_vector("warm_start y", warm_start[1], m)
     x0 = np.clip(
@@ -944,6 +988,8 @@ def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
     if warm_start is None:
         x0, y0 = np.zeros((batch, n)), np.zeros((batch, m))
     else:
+        if not isinstance(warm_start, tuple | list) or len(warm_start) != 2:
+            raise ValueError(f"warm_start must be a pair (x[B, n], y[B, m]), got {warm_start!r}")
         x0, y0 = (np.asarray(v, np.float64) for v in warm_start)
         if x0.shape != (batch, n) or y0.shape != (batch, m):
             raise ValueError(
@@ -1014,6 +1060,26 @@ def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0):
 _initial_state_jit = jax.jit(_initial_state)
 
 
+def _slot_indices(slots: Any, size: int, *, name: str = "slots", distinct: bool) -> np.ndarray:
+    """``slots`` as int64 indices in ``[0, size)`` (distinct ones when ``distinct``), or a
+    ValueError naming ``name``: a boolean mask was read as the indices 0 and 1, and 1.7 as
+    slot 1."""
+    array = np.asarray(slots)
+    if array.dtype == np.bool_:
+        raise ValueError(
+            f"{name} must be slot indices, not a boolean mask (pass np.flatnonzero(mask)), "
+            f"got {array.tolist()}"
+        )
+    if array.size and array.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be integer slot indices, got {array.tolist()!r}")
+    array = array.astype(np.int64).reshape(-1)
+    if array.size and (array.min() < 0 or array.max() >= size):
+        raise ValueError(f"{name} must be indices in [0, {size}), got {array.tolist()}")
+    if distinct and len(set(array.tolist())) != array.size:
+        raise ValueError(f"{name} must be distinct indices, got {array.tolist()}")
+    return array
+
+
 def _pad_index(index: np.ndarray) -> np.ndarray:
     """``index`` padded to the next power of four by repeating its last entry, so that
     the jitted slot updates see few distinct shapes (each compiles once; a repeated write
@@ -1068,7 +1134,7 @@ def _start_inputs(lp, var_lower, var_upper, c, options, warm_start):
     if not isinstance(lp, LP):
         raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
     options = LPOptions() if options is None else options
-    _check_options(options)
+    options = _check_options(options)
     inputs = _batch_inputs(lp, var_lower, var_upper, c, warm_start)
     if inputs[0].shape[0] == 0:
         raise ValueError("var_lower and var_upper must hold at least one instance, got B = 0")
@@ -1094,10 +1160,8 @@ def batch_advance(
     groups of consecutive slots, each advanced by its own loop on its own thread.
     ``options.time_limit`` counts from each slot's fill (:func:`batch_start`,
     :func:`batch_refill`), not from this call."""
-    if evaluations is not None and (
-        isinstance(evaluations, bool) or not isinstance(evaluations, int) or evaluations < 1
-    ):
-        raise ValueError(f"evaluations must be an int >= 1 or None, got {evaluations!r}")
+    if evaluations is not None:  # a NumPy integer is one
+        evaluations = check_integer("evaluations (or None)", evaluations, 1)
     limit = jnp.asarray(np.iinfo(np.int32).max if evaluations is None else evaluations, jnp.int32)
     advance = _batched_advance(_compiled_options(batch.options))
     limits = _limits(batch.options, batch.data.c.dtype)
@@ -1122,10 +1186,7 @@ def batch_refill(
     """Puts new instances into ``slots`` (indices, shape ``(k,)``) with bounds ``(k, n)``,
     costs ``(k, n)`` (default ``lp.c``) and optional warm starts ``(x[k, n], y[k, m])``;
     the other slots keep their state. Typically the slots that finished."""
-    slots = np.asarray(slots, np.int64).reshape(-1)
-    size = batch.var_lower.shape[0]
-    if slots.size and (slots.min() < 0 or slots.max() >= size or len(set(slots)) != slots.size):
-        raise ValueError(f"slots must be distinct indices in [0, {size}), got {slots.tolist()}")
+    slots = _slot_indices(slots, batch.var_lower.shape[0], distinct=True)
     lower, upper, costs, x0, y0 = _batch_inputs(
         batch.lp, var_lower, var_upper, c, warm_start, batch=slots.size
     )
@@ -1161,10 +1222,7 @@ PARKED = -2  # status of a slot parked by batch_park: frozen, holding no instanc
 def batch_park(batch: LPBatch, slots: Any) -> LPBatch:
     """Freezes ``slots`` without a new instance (status :data:`PARKED`), so they cost
     nothing but their lane until :func:`batch_refill` fills them again."""
-    slots = np.asarray(slots, np.int64).reshape(-1)
-    size = batch.var_lower.shape[0]
-    if slots.size and (slots.min() < 0 or slots.max() >= size):
-        raise ValueError(f"slots must be indices in [0, {size}), got {slots.tolist()}")
+    slots = _slot_indices(slots, batch.var_lower.shape[0], distinct=False)  # again: harmless
     if slots.size == 0:
         return batch
     status = _park_slots(batch.state.status, jnp.asarray(_pad_index(slots)))
@@ -1181,14 +1239,12 @@ def batch_resize(batch: LPBatch, keep: Any, size: int) -> LPBatch:
     ``keep`` (state and data as they are, mid-solve) and the rest parked: the batched loop
     costs every lane, so a batch with few instances should be narrow. Each new size
     compiles once."""
-    keep = np.asarray(keep, np.int64).reshape(-1)
     old = batch.var_lower.shape[0]
+    keep = _slot_indices(keep, old, name="keep", distinct=False)  # a slot kept twice is copied
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise ValueError(f"size must be an int >= 1, got {size!r}")
-    if keep.size > size or (keep.size and (keep.min() < 0 or keep.max() >= old)):
-        raise ValueError(
-            f"keep must hold at most {size} indices in [0, {old}), got {keep.tolist()}"
-        )
+    if keep.size > size:
+        raise ValueError(f"keep must hold at most {size} indices, got {keep.tolist()}")
     resized = _select_slots(batch, np.concatenate([keep, np.zeros(size - keep.size, np.int64)]))
     return batch_park(resized, np.arange(keep.size, size)) if size > keep.size else resized
 
@@ -1220,7 +1276,9 @@ def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None)
             state.residuals,
         )
     else:
-        pick = np.asarray(slots, np.int64).reshape(-1)
+        pick = _slot_indices(slots, batch.var_lower.shape[0], distinct=False)
+        if pick.size == 0:  # _pad_index needs an entry to repeat
+            return _empty_batch_solution(lp, seconds)
         taken = _take_slots(
             (state.x_out, state.y_out, state.status, state.iterations, state.residuals),
             jnp.asarray(_pad_index(pick)),
@@ -1239,6 +1297,20 @@ def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None)
         status=np.asarray(status).reshape(-1),
         iterations=np.asarray(iterations).reshape(-1),
         residuals=np.asarray(residuals, np.float64).T,
+        seconds=seconds,
+    )
+
+
+def _empty_batch_solution(lp: LP, seconds: float) -> LPBatchSolution:
+    m, n = lp.A.shape
+    return LPBatchSolution(
+        x=np.zeros((0, n)),
+        y=np.zeros((0, m)),
+        objective=np.zeros(0),
+        dual_bound=np.zeros(0),
+        status=np.zeros(0, np.int32),
+        iterations=np.zeros(0, np.int32),
+        residuals=np.zeros((0, 3)),
         seconds=seconds,
     )
 

@@ -102,15 +102,30 @@ class LP:
                 f"A must be finite; entry ({_label('row', int(coo.row[k]), self.row_names)}, "
                 f"{_label('column', int(coo.col[k]), self.col_names)}) is {coo.data[k]}"
             )
-        if not np.isfinite(float(self.objective_offset)):
-            raise ValueError(f"objective_offset must be finite, got {self.objective_offset}")
-        set_("objective_offset", float(self.objective_offset))
-        if self.objective_sign not in (1, -1):
-            raise ValueError(f"objective_sign must be 1 or -1, got {self.objective_sign!r}")
+        offset = self.objective_offset
+        if (
+            isinstance(offset, str | bytes | bool | np.bool_)
+            or np.ndim(offset) != 0
+            or np.asarray(offset).dtype.kind not in "iuf"
+        ):
+            raise ValueError(f"objective_offset must be a real number, got {offset!r}")
+        if not np.isfinite(float(offset)):
+            raise ValueError(f"objective_offset must be finite, got {offset}")
+        set_("objective_offset", float(offset))
+        sign = self.objective_sign  # True == 1 passed, and was kept as True
+        if isinstance(sign, bool | np.bool_) or sign not in (1, -1):
+            raise ValueError(f"objective_sign must be 1 or -1, got {sign!r}")
+        set_("objective_sign", int(sign))
         if self.integer is None:
             set_("integer", _frozen(np.zeros(n, bool)))
         else:
-            integer = _frozen(np.array(self.integer, bool))
+            given = np.asarray(self.integer)
+            # 0.5 or "no" was read as True
+            if given.dtype != np.bool_ and not (
+                given.dtype.kind in "iuf" and np.all((given == 0) | (given == 1))
+            ):
+                raise ValueError(f"integer must be booleans (or 0/1), got {given.tolist()!r}")
+            integer = _frozen(np.array(given, bool))
             if integer.shape != (n,):
                 raise ValueError(f"integer must have shape ({n},), got {integer.shape}")
             set_("integer", integer)
@@ -157,7 +172,16 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _real_array(name: str, value: Any) -> None:
+    """A ValueError unless ``value`` holds real numbers: a complex one lost its imaginary
+    part to a float64 cast (with only NumPy's ComplexWarning), strings became numbers."""
+    dtype = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+    if dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold real numbers, got dtype {dtype}")
+
+
 def _vector(name: str, value: Any, size: int | None = None) -> np.ndarray:
+    _real_array(name, value)
     array = np.array(value, np.float64)  # a copy
     if array.ndim == 0 and size is not None:
         array = np.full(size, float(array))
@@ -171,6 +195,9 @@ def _vector(name: str, value: Any, size: int | None = None) -> np.ndarray:
 
 
 def _matrix(value: Any) -> sp.csr_array:
+    _real_array("A", value)
+    if sp.issparse(value) and len(value.shape) != 2:  # a 1-d sparse array: an IndexError
+        raise ValueError(f"A must be a matrix, got shape {value.shape}")
     if sp.issparse(value):  # a copy: summing duplicates below works in place
         matrix = sp.csr_array(value, dtype=np.float64, copy=True)
     else:

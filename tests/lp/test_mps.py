@@ -313,6 +313,26 @@ def test_lp_checks_name_the_row_or_column():
         LP(**ok, var_lower=[np.inf, 0], var_upper=[np.inf, 1])
     lp = LP(**ok, **bounds)  # dense input is stored as CSR
     assert sp.issparse(lp.A) and lp.A.nnz == 2
+    # complex data lost its imaginary part (only NumPy's ComplexWarning said so), True was
+    # kept as the objective sign, 0.5 and "no" were integer markers, a 1-d sparse A gave an
+    # IndexError, an array offset a TypeError and a string offset was read
+    with pytest.raises(ValueError, match="A must hold real numbers, got dtype complex128"):
+        LP(**{**ok, "A": np.array([[1 + 5j, 1], [0, 1]])}, **bounds)
+    with pytest.raises(ValueError, match="c must hold real numbers, got dtype complex128"):
+        LP(**{**ok, "c": np.array([1 - 3j, 1])}, **bounds)
+    with pytest.raises(ValueError, match="objective_sign must be 1 or -1, got True"):
+        LP(**ok, **bounds, objective_sign=True)
+    with pytest.raises(ValueError, match="integer must be booleans .or 0/1."):
+        LP(**ok, **bounds, integer=[0.5, 1])
+    with pytest.raises(ValueError, match="integer must be booleans .or 0/1."):
+        LP(**ok, **bounds, integer=[0, "no"])
+    with pytest.raises(ValueError, match=r"A must be a matrix, got shape \(2,\)"):
+        LP(**{**ok, "A": sp.coo_array(np.ones(2))}, **bounds)
+    for offset in (np.array([1.5]), "1.5"):
+        with pytest.raises(ValueError, match="objective_offset must be a real number"):
+            LP(**ok, **bounds, objective_offset=offset)
+    signed = LP(**ok, **bounds, objective_sign=np.int64(-1), integer=[1, 0])
+    assert type(signed.objective_sign) is int and signed.integer.tolist() == [True, False]
 
 
 _VALUELESS = """\

@@ -173,16 +173,40 @@ def test_warm_start_from_the_solution_stops_at_once():
 def test_bad_options():
     lp = _feasible_lp(0, m=3, n=4)
     for bad, match in (
-        (LPOptions(tolerance=0.0), "tolerance must be > 0"),
-        (LPOptions(max_iterations=0), "max_iterations and eval_every must be >= 1"),
+        (LPOptions(tolerance=0.0), "tolerance must be finite and > 0"),
+        (LPOptions(max_iterations=0), "max_iterations must be an integer >= 1"),
         (LPOptions(time_limit=-1.0), "time_limit must be > 0"),
-        (LPOptions(eval_every=2.5), "eval_every must be an int, got 2.5"),
+        (LPOptions(eval_every=2.5), "eval_every must be an integer >= 1, got 2.5"),
         (LPOptions(matrix="csr"), r"matrix must be one of \('auto', 'dense', 'ell'"),
+        # an infinite tolerance called an infeasible point OPTIMAL, an infinite
+        # infeasibility tolerance certified a boxed LP unbounded
+        (LPOptions(tolerance=np.inf), "tolerance must be finite and > 0"),
+        (LPOptions(infeasibility_tolerance=np.inf), "infeasibility_tolerance must be finite"),
+        # bools read as 1, strings and arrays failed in comparisons, inf or None in int()
+        (LPOptions(tolerance=True), "tolerance must be finite and > 0 .a number, not a bool"),
+        (LPOptions(time_limit=True), "time_limit must be > 0 .or None. .a number, not a bool"),
+        (LPOptions(max_iterations=True), "max_iterations must be an integer >= 1, got True"),
+        (LPOptions(tolerance="1e-6"), "tolerance must be finite and > 0"),
+        (LPOptions(tolerance=np.array([1e-4, 1e-6])), r"tolerance must be a scalar"),
+        (LPOptions(max_iterations=np.inf), "max_iterations must be an integer >= 1"),
+        (LPOptions(max_iterations=None), "max_iterations must be an integer >= 1"),
+        (LPOptions(ruiz_iterations=2.5), "ruiz_iterations must be an integer >= 0"),
+        (LPOptions(eval_every=10**11), "eval_every must be at most 2147483647"),
+        (LPOptions(pock_chambolle_alpha="1"), r"pock_chambolle_alpha must lie in \[0, 2\]"),
+        (LPOptions(scale_bounds="no"), "scale_bounds must be a bool, got 'no'"),
     ):
         with pytest.raises(ValueError, match=match):
             solve_lp(lp, bad)
+        with pytest.raises(ValueError, match=match):
+            solve_lp_batch(lp, lp.var_lower[None], lp.var_upper[None], options=bad)
     with pytest.raises(TypeError, match="lp must be an LP"):
         solve_lp("lp")
+    with pytest.raises(TypeError, match="options must be an LPOptions, got dict"):
+        solve_lp(lp, {"tolerance": 1e-6})
+    with pytest.raises(ValueError, match=r"warm_start must be a pair \(x, y\), got tuple of"):
+        solve_lp(lp, warm_start=(np.zeros(4),))
+    # a jax scalar is a number (it did not hash in the solver's caches)
+    assert solve_lp(lp, LPOptions(tolerance=jnp.asarray(1e-6))).status == Status.OPTIMAL
 
 
 def test_sparse_dense_ell_and_block_matrices_agree():
@@ -568,10 +592,44 @@ def test_continuous_batching_refills_a_finished_slot():
     refilled = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lp.var_lower, new_upper)
     optimum = _highs(refilled).fun
     assert abs(done.objective[1] - optimum) <= 5e-4 * (1 + abs(optimum))
-    with pytest.raises(ValueError, match=r"slots must be distinct indices in \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"slots must be indices in \[0, 3\)"):
         batch_refill(batch, [3], lp.var_lower[None], new_upper[None])
+    with pytest.raises(ValueError, match="slots must be distinct indices, got \\[1, 1\\]"):
+        batch_refill(batch, [1, 1], np.tile(lp.var_lower, (2, 1)), np.tile(new_upper, (2, 1)))
     with pytest.raises(ValueError, match="expected 2 instances, got 1"):
         batch_refill(batch, [0, 1], lp.var_lower[None], new_upper[None])
+
+
+def test_slot_arguments_are_indices():
+    from jaxopt_suite.lp import (
+        batch_advance,
+        batch_park,
+        batch_resize,
+        batch_solution,
+        batch_start,
+    )
+
+    lp = _feasible_lp(2, m=10, n=12)
+    batch = batch_start(lp, np.tile(lp.var_lower, (3, 1)), np.tile(lp.var_upper, (3, 1)))
+    # a boolean mask was read as the indices 0 and 1 ([False, True, True] parked slot 0
+    # and left slot 2 running), 1.7 as slot 1
+    mask = np.array([False, True, True])
+    for call in (
+        lambda: batch_park(batch, mask),
+        lambda: batch_solution(batch, slots=mask),
+        lambda: batch_resize(batch, mask, 3),
+    ):
+        with pytest.raises(ValueError, match="not a boolean mask .pass np.flatnonzero"):
+            call()
+    with pytest.raises(ValueError, match=r"slots must be integer slot indices, got \[1.7\]"):
+        batch_park(batch, [1.7])
+    with pytest.raises(ValueError, match=r"slots must be indices in \[0, 3\), got \[5\]"):
+        batch_solution(batch, slots=[5])
+    done = batch_advance(batch, evaluations=np.int64(1))  # a NumPy integer is an integer
+    empty = batch_solution(done, slots=[])  # an IndexError before
+    assert empty.x.shape == (0, 12) and empty.status.shape == (0,)
+    parked = batch_park(batch, np.flatnonzero(mask))
+    np.testing.assert_array_equal(np.asarray(parked.status)[1:], pdlp.PARKED)
 
 
 def test_preconditioning_is_computed_once_per_matrix():

@@ -1,5 +1,7 @@
 """The block-sparse SpMM kernel (interpret mode on CPU) against its reference and dense."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,6 +86,26 @@ def test_bad_input():
         bsr_spmm(np.eye(4), jnp.ones((4, 2)))
     with pytest.raises(ValueError, match="bm must be an int >= 1"):
         BlockSizes(0, 2)
+    # a hand-built BlockELL: too few block rows returned fewer rows, a column past the last
+    # block column was clamped to another panel, "no" ran in interpret mode
+    X = jnp.ones((4, 2))
+    for bad, match in (
+        (dataclasses.replace(E, shape=(5, 4)), "2 block rows of 2, too few for its 5 rows"),
+        (dataclasses.replace(E, cols=E.cols.at[0, 0].set(7)), r"A.cols must lie in \[0, 2\)"),
+        (dataclasses.replace(E, cols=E.cols.astype(jnp.float32)), "A.cols must be integers"),
+        (dataclasses.replace(E, blocks=E.blocks[..., 0]), r"A.blocks must have shape"),
+    ):
+        for product in (bsr_spmm, bsr_spmm_reference):
+            with pytest.raises(ValueError, match=match):
+                product(bad, X)
+    with pytest.raises(ValueError, match="interpret must be a bool or None, got 'no'"):
+        bsr_spmm(E, X, interpret="no")
+    # NumPy integers and (bm, bn) pairs are block sizes
+    assert BlockSizes(np.int64(2), 2) == BlockSizes(2, 2)
+    pair = BlockELL.from_scipy(np.eye(4), (2, 2))
+    np.testing.assert_array_equal(bsr_spmm_reference(pair, X), X)
+    with pytest.raises(TypeError, match="block_sizes must be a BlockSizes or a .bm, bn. pair"):
+        BlockELL.from_scipy(np.eye(4), 2)
 
 
 def test_tile_codes_past_int32_land_in_their_block_row():
