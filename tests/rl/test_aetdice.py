@@ -244,6 +244,10 @@ def test_bad_inputs_raise():
                         telescoping="anchored")  # fmt: skip
     with pytest.raises(ValueError, match="discount must lie in"):
         A.train_optidice(data, U.ser(U.linear([1.0, 1.0])), jax.random.key(0), discount=1.0)
+    for discount in ("0.9", True, [0.9]):  # the string and True were read as numbers
+        with pytest.raises(ValueError, match=r"discount must lie in \(0, 1\) \(a number\)"):
+            A.train_optidice(data, U.ser(U.linear([1.0, 1.0])), jax.random.key(0),
+                             discount=discount)  # fmt: skip
     with pytest.raises(ValueError, match=r"actions must have shape \(440, 10, act\)"):
         A.train_aetdice(data._replace(actions=data.actions[..., 0]), U.esr(U.linear([1, 1])),
                         jax.random.key(0), CONFIG)  # fmt: skip

@@ -71,6 +71,9 @@ def discounted_problem(dataset, objective: AET, discount: float) -> DiceProblem:
 
 
 def _check_discount(discount: float) -> float:
+    # one real number: float() read "0.9" and True, and failed on an array by itself
+    if isinstance(discount, str | bytes | bool | np.bool_) or np.ndim(discount) != 0:
+        raise ValueError(f"discount must lie in (0, 1) (a number), got {discount!r}")
     if not 0.0 < float(discount) < 1.0:
         raise ValueError(f"discount must lie in (0, 1), got {discount!r}")
     return float(discount)
