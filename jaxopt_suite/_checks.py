@@ -154,3 +154,12 @@ def python_numbers(config):
             value = tuple(int(v) for v in value)
         values[field.name] = value
     return dataclasses.replace(config, **values)
+
+
+def check_number(name: str, value: Any, expected: str, ok: Callable[[float], bool]) -> float:
+    """:func:`check_scalar` for one concrete number that is not a bool (``True`` would read
+    as 1), returned as a float."""
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must {expected} (a number, not a bool), got {value!r}")
+    check_scalar(name, value, expected, ok)
+    return float(value)

@@ -45,7 +45,7 @@ import scipy.sparse as sp
 from jax.experimental import io_callback
 from jax.experimental import sparse as jsparse
 
-from jaxopt_suite._checks import check_integer, check_scalar
+from jaxopt_suite._checks import check_integer, check_number
 from jaxopt_suite.lp import native
 from jaxopt_suite.lp.operator import EllOperator, SharedOperator
 from jaxopt_suite.lp.precondition import Scaling, bound_objective_scales, equilibrate
@@ -774,15 +774,6 @@ def _compiled_options(options: LPOptions) -> LPOptions:
     return fixed if options.time_limit is None else fixed._replace(time_limit=1.0)
 
 
-def _real_option(name: str, value, expected: str, ok) -> float:
-    """``value`` as a float, or a ValueError naming option ``name``: one real number (not a
-    bool, a string or an array) that passes ``ok``."""
-    if isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name} must {expected} (a number, not a bool), got {value!r}")
-    check_scalar(name, value, expected, ok)
-    return float(value)
-
-
 def _check_options(options: LPOptions) -> LPOptions:
     """``options`` with Python numbers (they key compiled functions and caches, where a jax
     scalar does not hash), or a ValueError naming the first bad one."""
@@ -790,10 +781,10 @@ def _check_options(options: LPOptions) -> LPOptions:
         raise TypeError(f"options must be an LPOptions, got {type(options).__name__}")
     # an infinite tolerance called an infeasible point OPTIMAL, an infinite infeasibility
     # tolerance certified a boxed LP unbounded
-    tolerance = _real_option(
+    tolerance = check_number(
         "tolerance", options.tolerance, "be finite and > 0", lambda v: 0 < v < math.inf
     )
-    infeasibility = _real_option(
+    infeasibility = check_number(
         "infeasibility_tolerance",
         options.infeasibility_tolerance,
         "be finite and > 0",
@@ -811,10 +802,10 @@ def _check_options(options: LPOptions) -> LPOptions:
         raise ValueError(f"matrix must be one of {MATRIX_KINDS}, got {options.matrix!r}")
     time_limit = options.time_limit
     if time_limit is not None:
-        time_limit = _real_option("time_limit", time_limit, "be > 0 (or None)", lambda v: v > 0)
+        time_limit = check_number("time_limit", time_limit, "be > 0 (or None)", lambda v: v > 0)
     alpha = options.pock_chambolle_alpha
     if alpha is not None:
-        alpha = _real_option(
+        alpha = check_number(
             "pock_chambolle_alpha", alpha, "lie in [0, 2] (or None)", lambda v: 0 <= v <= 2
         )
     if not isinstance(options.scale_bounds, bool | np.bool_):  # "no" would read as true

@@ -57,7 +57,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_integer, check_scalar
+from jaxopt_suite._checks import check_integer, check_number
 from jaxopt_suite.lp import (
     LP,
     LPOptions,
@@ -308,14 +308,6 @@ class _Job(NamedTuple):
     seen: frozenset = frozenset()  # pump: pair choices already tried
 
 
-def _real_option(name: str, value, expected: str, ok) -> None:
-    """A ValueError naming option ``name`` unless ``value`` is one real number (not a bool)
-    that passes ``ok``."""
-    if isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name} must {expected} (a number, not a bool), got {value!r}")
-    check_scalar(name, value, expected, ok)
-
-
 def _check_options(options: PWLOptions) -> None:
     if not isinstance(options, PWLOptions):
         raise TypeError(f"options must be a PWLOptions, got {type(options).__name__}")
@@ -333,28 +325,28 @@ def _check_options(options: PWLOptions) -> None:
     ):
         check_integer(name, getattr(options, name), minimum)
     for name in ("relative_gap", "absolute_gap"):  # inf: any incumbent closes the gap
-        _real_option(name, getattr(options, name), "be >= 0", lambda v: v >= 0)
+        check_number(name, getattr(options, name), "be >= 0", lambda v: v >= 0)
     if options.time_limit is not None:
-        _real_option("time_limit", options.time_limit, "be > 0 (or None)", lambda v: v > 0)
+        check_number("time_limit", options.time_limit, "be > 0 (or None)", lambda v: v > 0)
     if options.split not in ("weighted", "middle"):
         raise ValueError(f"split must be 'weighted' or 'middle', got {options.split!r}")
     if options.repair not in ("segment", "mass", "off"):
         raise ValueError(f"repair must be 'segment', 'mass' or 'off', got {options.repair!r}")
-    _real_option("dive_fraction", options.dive_fraction, "lie in [0, 1]", lambda v: 0 <= v <= 1)
-    _real_option(
+    check_number("dive_fraction", options.dive_fraction, "lie in [0, 1]", lambda v: 0 <= v <= 1)
+    check_number(
         "heuristic_fraction", options.heuristic_fraction, "lie in [0, 1)", lambda v: 0 <= v < 1
     )
     # lambdas are convex weights in [0, 1]: at a tolerance of 1 or more every one counts as
     # zero (NaN: every comparison is false), and no point is ever branched on
-    _real_option("sos2_tolerance", options.sos2_tolerance, "lie in [0, 1)", lambda v: 0 <= v < 1)
+    check_number("sos2_tolerance", options.sos2_tolerance, "lie in [0, 1)", lambda v: 0 <= v < 1)
     if options.polish_tolerance is not None:
-        _real_option(
+        check_number(
             "polish_tolerance",
             options.polish_tolerance,
             "be finite and > 0 (or None)",
             lambda v: 0 < v < math.inf,
         )
-    _real_option(
+    check_number(
         "progress_every", options.progress_every, "be finite and >= 0", lambda v: 0 <= v < math.inf
     )
     for name in ("pump", "progress"):  # "no" would read as true

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from jaxopt_suite._checks import check_integer, check_scalar
+from jaxopt_suite._checks import check_integer, check_number
 from jaxopt_suite.lp import LP, write_mps
 from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
 
@@ -286,13 +286,9 @@ def solve_highs(
     # checked before HiGHS sees them: it took a NaN time limit or gap as none, and int()
     # truncated 1.7 threads (and True) to 1
     threads = check_integer("threads (0: HiGHS chooses)", threads, 0)
-    if isinstance(relative_gap, bool | np.bool_):
-        raise ValueError(f"relative_gap must be a number >= 0, got {relative_gap!r}")
-    check_scalar("relative_gap", relative_gap, "be >= 0", lambda v: v >= 0)
+    check_number("relative_gap", relative_gap, "be >= 0", lambda v: v >= 0)
     if time_limit is not None:
-        if isinstance(time_limit, bool | np.bool_):
-            raise ValueError(f"time_limit must be a number > 0 (or None), got {time_limit!r}")
-        check_scalar("time_limit", time_limit, "be > 0 (or None)", lambda v: v > 0)
+        check_number("time_limit", time_limit, "be > 0 (or None)", lambda v: v > 0)
     lp, compiled = binary_formulation(model, formulation)
     highspy = _highspy()
     h = highspy.Highs()

@@ -333,7 +333,7 @@ def test_errors(tmp_path):
     # HiGHS took a NaN time limit or gap as none, and 1.7 threads (or True) ran on one
     for kwargs, match in (
         ({"time_limit": math.nan}, r"time_limit must be > 0 \(or None\)"),
-        ({"time_limit": True}, "time_limit must be a number"),
+        ({"time_limit": True}, "time_limit must be > 0 .or None. .a number, not a bool"),
         ({"relative_gap": math.nan}, "relative_gap must be >= 0"),
         ({"relative_gap": -1e-4}, "relative_gap must be >= 0"),
         ({"threads": 1.7}, "threads .0: HiGHS chooses. must be an integer >= 0"),
