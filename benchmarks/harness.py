@@ -93,7 +93,7 @@ class SuiteResult:
     def to_json(self, measured_sha: str | None = None) -> dict[str, Any]:
         """``measured_sha``: the commit when the run started (the code that was measured);
         by default the commit now."""
-        env = environment()
+        env = environment(with_git=measured_sha is None)
         if measured_sha is not None:
             env["git_sha"] = measured_sha
         return {
@@ -124,13 +124,24 @@ def git_sha() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     # The results being written (JSON, plots) do not make the measured code dirty.
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=10,
-    ).stdout.strip()
+    try:  # a slow git status on a busy machine must not discard a finished run
+        dirty = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":!benchmarks/results",
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return out.stdout.strip() + "-unknown-status"
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
@@ -151,7 +162,9 @@ def cpu_description(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     return f"{fields.get('model name', 'unknown')} ({widest})"
 
 
-def environment() -> dict[str, Any]:
+def environment(*, with_git: bool = True) -> dict[str, Any]:
+    """The machine and software of a run; ``git_sha`` asks git unless ``with_git`` is off
+    (the caller knows the commit measured)."""
     device = jax.devices()[0]
     return {
         "jax": jax.__version__,
@@ -163,7 +176,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "cpu": cpu_description(),
-        "git_sha": git_sha(),
+        "git_sha": git_sha() if with_git else None,
     }
 
 
@@ -276,7 +289,10 @@ def write_result(result: SuiteResult, out_dir: Path, measured_sha: str | None = 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{result.suite}.json"
     payload = result.to_json(measured_sha)
-    path.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
+    # through a temporary file: a run killed while writing keeps the last complete result
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
+    tmp.replace(path)
     return path
 
 

@@ -55,47 +55,63 @@ def render(results_dir: Path, relative_to: Path | None = None) -> str:
     (linked relative to ``relative_to``, the README's directory)."""
     lines = []
     for path in sorted(results_dir.glob("*.json")):
-        payload = json.loads(path.read_text())
-        fields = payload if isinstance(payload, dict) else {}
-        missing = [key for key in SUITE_KEYS if key not in fields]
-        if missing:
+        try:
+            payload = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:  # which file, too
+            raise ValueError(f"{path} is not valid JSON: {error}") from None
+        try:
+            lines.extend(_suite_lines(path, payload, results_dir, relative_to))
+        except (KeyError, TypeError, IndexError, AttributeError) as error:
             raise ValueError(
-                f"{path} is not a suite's result (it lacks {', '.join(missing)}): every JSON "
-                f"file directly under {results_dir} is read as one; keep other files in a "
-                "subfolder"
-            )
-        env = payload["environment"]
-        lines.append(
-            f"**{payload['suite']}** — `{payload['command']}` on {env['device']} "
-            f"({env['cpu_count']} cores), jax {env['jax']}, commit `{(env['git_sha'] or '?')[:12]}`"
-        )
-        lines.append("")
-        if payload.get("plot"):
-            plot = path.parent / payload["plot"]
-            link = os.path.relpath(plot, relative_to) if relative_to else str(plot)
-            lines.append(f"![{payload['suite']} benchmark]({link})")
-            lines.append("")
-        lines.append("| target | value | threshold | met |")
-        lines.append("|---|---|---|---|")
-        for target in payload["targets"]:
-            met = {True: "yes", False: "**no**", None: "not evaluated"}[target["met"]]
-            lines.append(
-                f"| {_cell(target['name'])} | {_number(target['value'])} | "
-                f"{target['comparison']} {_number(target['threshold'])} | {met} |"
-            )
-        lines.append("")
-        lines.append("| method | metric | value | anchor | anchor value | ratio |")
-        lines.append("|---|---|---|---|---|---|")
-        for row in payload["summary"]:
-            lines.append(
-                f"| {_cell(row['method'])} | {_cell(row['metric'])} | "
-                f"{_number(row['value'])} | {_cell(row['anchor'])} | "
-                f"{_number(row['anchor_value'])} | {_number(row['ratio'])} |"
-            )
-        lines.append("")
-        if payload["suite"] in EXTRA_TABLES and isinstance(payload.get("results"), dict):
-            lines.extend(EXTRA_TABLES[payload["suite"]](payload["results"]))
+                f"{path} is not a complete suite result ({type(error).__name__}: {error}): "
+                "rerun its suite, or move the file out of the results folder"
+            ) from None
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _suite_lines(path: Path, payload, results_dir: Path, relative_to: Path | None) -> list[str]:
+    """The Markdown of one suite's result (:func:`render`)."""
+    lines = []
+    fields = payload if isinstance(payload, dict) else {}
+    missing = [key for key in SUITE_KEYS if key not in fields]
+    if missing:
+        raise ValueError(
+            f"{path} is not a suite's result (it lacks {', '.join(missing)}): every JSON "
+            f"file directly under {results_dir} is read as one; keep other files in a "
+            "subfolder"
+        )
+    env = payload["environment"]
+    lines.append(
+        f"**{payload['suite']}** — `{payload['command']}` on {env['device']} "
+        f"({env['cpu_count']} cores), jax {env['jax']}, commit `{(env['git_sha'] or '?')[:12]}`"
+    )
+    lines.append("")
+    if payload.get("plot"):
+        plot = path.parent / payload["plot"]
+        link = os.path.relpath(plot, relative_to) if relative_to else str(plot)
+        lines.append(f"![{payload['suite']} benchmark]({link})")
+        lines.append("")
+    lines.append("| target | value | threshold | met |")
+    lines.append("|---|---|---|---|")
+    for target in payload["targets"]:
+        met = {True: "yes", False: "**no**", None: "not evaluated"}[target["met"]]
+        lines.append(
+            f"| {_cell(target['name'])} | {_number(target['value'])} | "
+            f"{target['comparison']} {_number(target['threshold'])} | {met} |"
+        )
+    lines.append("")
+    lines.append("| method | metric | value | anchor | anchor value | ratio |")
+    lines.append("|---|---|---|---|---|---|")
+    for row in payload["summary"]:
+        lines.append(
+            f"| {_cell(row['method'])} | {_cell(row['metric'])} | "
+            f"{_number(row['value'])} | {_cell(row['anchor'])} | "
+            f"{_number(row['anchor_value'])} | {_number(row['ratio'])} |"
+        )
+    lines.append("")
+    if payload["suite"] in EXTRA_TABLES and isinstance(payload.get("results"), dict):
+        lines.extend(EXTRA_TABLES[payload["suite"]](payload["results"]))
+    return lines
 
 
 def update_readme(readme: Path, results_dir: Path) -> None:

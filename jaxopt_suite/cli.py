@@ -89,6 +89,28 @@ def _print_summary(results) -> None:
     console.print(targets)
 
 
+def _path(parser, option: str, given: str | None, default: Path) -> Path:
+    """``given`` as a path, ``default`` when the option was not given; an empty string (an
+    unset shell variable) is an error, not the repository's own files."""
+    if given is None:
+        return default
+    if not given.strip():
+        parser.error(f"{option}: expected a path, got {given!r}")
+    return Path(given)
+
+
+def _check_writable(parser, directory: Path) -> None:
+    """``directory`` exists (made if need be) and takes a file, or a parser error."""
+    import tempfile
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-check-"):
+            pass
+    except OSError as error:
+        parser.error(f"--out {directory}: cannot write results there ({error})")
+
+
 def _bench(args, parser) -> int:
     benchmarks = _benchmarks()
     from benchmarks.harness import DEFAULT_RESULTS_DIR, Progress, git_sha, write_result
@@ -100,8 +122,11 @@ def _bench(args, parser) -> int:
             f"unknown suite(s): {', '.join(unknown)}; valid suites: "
             + ", ".join(sorted(benchmarks.SUITES))
         )
-    out_dir = Path(args.out) if args.out else DEFAULT_RESULTS_DIR
-    out_dir.mkdir(parents=True, exist_ok=True)
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # each run is long: one result per suite
+        parser.error(f"suite(s) named more than once: {', '.join(repeated)}")
+    out_dir = _path(parser, "--out", args.out, DEFAULT_RESULTS_DIR)
+    _check_writable(parser, out_dir)  # before the suites run, not after an hour of them
     results = []
     # The commit measured is the one checked out when the run starts, whatever happens to
     # the working tree while it runs.
@@ -122,8 +147,8 @@ def _report(args, parser) -> int:
     from benchmarks.harness import DEFAULT_RESULTS_DIR
     from benchmarks.report import update_readme
 
-    results = Path(args.results) if args.results else DEFAULT_RESULTS_DIR
-    readme = Path(args.readme) if args.readme else DEFAULT_RESULTS_DIR.parent.parent / "README.md"
+    results = _path(parser, "--results", args.results, DEFAULT_RESULTS_DIR)
+    readme = _path(parser, "--readme", args.readme, DEFAULT_RESULTS_DIR.parent.parent / "README.md")
     try:
         update_readme(readme, results)
     except (ValueError, OSError) as err:  # the user's folder or file: a message, exit 2
@@ -148,8 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         # suites and options in any order ('bench robust --quick morl'): parse_known_args
         # ends the suites at the first option and would leave 'morl' unrecognised
-        args = bench.parse_intermixed_args(argv[argv.index("bench") + 1 :])
+        start = argv.index("bench")
+        before = [arg for arg in unknown if arg in argv[:start]]  # 'jaxopt-suite --x bench'
+        args = bench.parse_intermixed_args(argv[start + 1 :])
         args.command, unknown = "bench", []
+        if before:
+            parser.error(f"unrecognized arguments before bench: {' '.join(before)}")
     if unknown:
         # Report against the subcommand, so the message lists that command's options.
         {"bench": bench, "report": report}.get(args.command, parser).error(

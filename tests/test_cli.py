@@ -184,11 +184,69 @@ def test_timing_needs_a_repeat():
 
 def test_suites_may_follow_options(tmp_path, monkeypatch):
     seen = []
+    for name in ("tiny", "tiny2"):
+        monkeypatch.setitem(benchmarks.SUITES, name, f"tests.{name}_suite")
+        monkeypatch.setitem(sys.modules, f"tests.{name}_suite", _tiny_suite(seen))
+    out = tmp_path / "out"
+    assert cli.main(["bench", "tiny", "--out", str(out), "tiny2", "--no-progress"]) == 0
+    assert seen == [out, out]
+
+
+def test_paths_repeated_suites_and_stray_options_are_refused_before_running(
+    tmp_path, monkeypatch, capsys
+):
+    seen = []
     monkeypatch.setitem(benchmarks.SUITES, "tiny", "tests.tiny_suite")
     monkeypatch.setitem(sys.modules, "tests.tiny_suite", _tiny_suite(seen))
-    out = tmp_path / "out"
-    assert cli.main(["bench", "tiny", "--out", str(out), "tiny", "--no-progress"]) == 0
-    assert seen == [out, out]
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for argv, message in (
+        # an empty path (an unset shell variable) meant the repository's own results/README
+        (["bench", "tiny", "--out", ""], "--out: expected a path, got ''"),
+        (["report", "--results", ""], "--results: expected a path, got ''"),
+        (["report", "--readme", " "], "--readme: expected a path, got ' '"),
+        # a file where the folder goes: a raw FileExistsError; checked before the suite runs
+        (["bench", "tiny", "--out", str(afile)], "--out .*afile: cannot write results there"),
+        (["bench", "tiny", "--out", str(afile / "sub")], "cannot write results there"),
+        # one result per suite: 'tiny tiny' ran it twice
+        (["bench", "tiny", "tiny", "--out", str(tmp_path)], "named more than once: tiny"),
+        # options before the command were dropped without a word
+        (["--bogus", "bench", "tiny", "--out", str(tmp_path)], "before bench: --bogus"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(argv)
+        assert exit_info.value.code == 2
+        assert re.search(message, capsys.readouterr().err), argv
+    assert seen == []  # no suite ran
+
+
+def test_report_names_a_broken_result_file(tmp_path, monkeypatch, capsys):
+    from benchmarks.report import END, START
+
+    monkeypatch.setitem(benchmarks.SUITES, "tiny", "tests.tiny_suite")
+    monkeypatch.setitem(sys.modules, "tests.tiny_suite", _tiny_suite([]))
+    results = tmp_path / "results"
+    cli.main(["bench", "tiny", "--out", str(results), "--no-progress"])
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\n{END}\n")
+    good = json.loads((results / "tiny.json").read_text())
+    broken = [
+        ("truncated", None, "tiny.json is not valid JSON"),
+        ("environment", {k: v for k, v in good["environment"].items() if k != "device"},
+         r"tiny.json is not a complete suite result \(KeyError: 'device'\)"),
+        ("targets", [{**good["targets"][0], "met": "yes"}], "KeyError: 'yes'"),
+        ("summary", [{"method": "m"}], "KeyError: 'metric'"),
+    ]  # fmt: skip
+    for field, value, message in broken:
+        text = (
+            json.dumps(good)[:300] if field == "truncated" else json.dumps({**good, field: value})
+        )
+        (results / "tiny.json").write_text(text)
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["report", "--results", str(results), "--readme", str(readme)])
+        assert exit_info.value.code == 2
+        assert re.search(message, capsys.readouterr().err), field
+    assert readme.read_text() == f"intro\n{START}\n{END}\n"
 
 
 def test_json_records_the_commit_checked_out_when_the_run_started(tmp_path, monkeypatch):
@@ -205,7 +263,9 @@ def test_json_records_the_commit_checked_out_when_the_run_started(tmp_path, monk
     monkeypatch.setitem(sys.modules, "tests.tiny_suite", _tiny_suite([]))
     assert cli.main(["bench", "tiny", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
     payload = json.loads((tmp_path / "tiny.json").read_text())
-    assert payload["environment"]["git_sha"] == "start-sha" and len(calls) >= 2
+    # git is not asked again when the result is written (a slow git status there failed a
+    # finished run)
+    assert payload["environment"]["git_sha"] == "start-sha" and len(calls) == 1
 
 
 def test_cpu_description_names_the_model_and_the_widest_vector_extension(tmp_path):
@@ -218,3 +278,20 @@ def test_cpu_description_names_the_model_and_the_widest_vector_extension(tmp_pat
     )
     assert cpu_description(info) == "Some CPU (avx2)"
     assert cpu_description(tmp_path / "missing") == (platform.processor() or "unknown")
+
+
+def test_git_sha_survives_a_git_status_that_times_out(monkeypatch):
+    import subprocess
+
+    import benchmarks.harness as harness
+
+    real = subprocess.run
+
+    def slow_status(command, *args, **kwargs):
+        if command[:2] == ["git", "status"]:
+            raise subprocess.TimeoutExpired(command, 10)
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(harness.subprocess, "run", slow_status)
+    sha = harness.git_sha()  # the TimeoutExpired escaped and failed a finished run
+    assert sha is None or sha.endswith("-unknown-status")

