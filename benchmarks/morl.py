@@ -73,12 +73,17 @@ first with it. Against the run at 9bba5f7 (accumulated anchor; the same datasets
 every SER cell, which the anchor does not touch, came out equal to the last digit) it lifted
 every ESR cell of the balance task (the worst gap to the optimum from 3.6% to 1.2%); on the
 Brax tasks its ESR cells moved within their standard errors (halfcheetah Tchebycheff ESR
-+0.008, hopper Nash ESR -0.004 at an SE of 0.025). Halfcheetah Nash ESR still trails the best
-baseline by 0.013 (by 0.015 in the run at cdc44da, on an Intel CPU where 2d87c21's ran on an
-AMD one: its Brax datasets and scores differ, as chaotic training's do with the float
-rounding; the code changed between the two runs as well); on held-out replicates
-(``benchmarks.morl_policy_probe``) AETDICE trails SER-DICE there at every key, so the
-shortfall is systematic rather than a draw.
++0.008, hopper Nash ESR -0.004 at an SE of 0.025). Halfcheetah Nash ESR trailed the best
+baseline by 0.013 there (by 0.015 in the run at cdc44da, on an Intel CPU where 2d87c21's ran
+on an AMD one: its Brax datasets and scores differ, as chaotic training's do with the float
+rounding; the code changed between the two runs as well), and on held-out replicates
+(``benchmarks.morl_policy_probe``) AETDICE trailed SER-DICE there at every key. That data came
+from 80 behaviour iterations on mixtures, whose preferences barely acted apart. In the run at
+f229f37, the first with 400 iterations on rows (the same CPU model as cdc44da's; balance and
+hopper came out equal to the last digit), AETDICE leads halfcheetah Nash SER by 0.0032 and ESR
+by 0.0034; halfcheetah's worst margin is risk-averse SER, 0.0024 behind BC(P) (SEs 0.0019 and
+0.0017), and the Brax tasks' worst is still hopper Nash SER, 0.0062 behind BC(P) (SEs 0.018
+and 0.012).
 
 Targets (same run): for every nonlinear utility and both criteria, AETDICE's score >= the best
 baseline's on the balance task (and within 5% of the optimum at every preference) and on both
