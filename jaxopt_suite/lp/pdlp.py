@@ -14,7 +14,10 @@ grows along a ray when the problem is infeasible), and for an adaptive restart (
 error in the PDHG norm fell below 0.2x, or below 0.5x and rising, of its value at the last
 restart, or the epoch is 36% of all iterations); a restart moves the anchor to ``T(z)`` and
 updates the primal weight ``omega`` by PDLP's smoothing
-``log omega <- (log(||dy|| / ||dx||) + log omega) / 2``.
+``log omega <- (log(||dy|| / ||dx||) + log omega) / 2``, with each distance floored at
+1e-10 when the other one moved: a primal held at its bounds (``dx = 0``) while the dual
+moves raises ``omega``, where PDLP's rule (no update unless both moved) left it at 1 and
+the dual of ``min x s.t. 1 <= x <= 1e6`` crawled to the iteration limit.
 
 Every solution carries a safe dual bound: the Lagrangian value of its dual iterate,
 computed in float64 on the host, valid however early the solve stopped.
@@ -85,7 +88,12 @@ _FLOAT32_STALL = (
 
 
 class LPOptions(NamedTuple):
-    tolerance: float = 1e-4  # relative KKT: primal, dual residual and gap
+    # relative KKT: primal residual / (1 + ||row bounds||), dual residual / (1 + ||c||)
+    # and gap / (1 + |primal| + |dual|), as cuPDLPx. Relative to the whole bound vector: a
+    # row side 1e8 times the others lets a point that violates the small rows by O(1)
+    # pass (min x s.t. 1 <= x <= 1e8 stops OPTIMAL at x = 0); drop such a side or tighten
+    # this to resolve the small rows
+    tolerance: float = 1e-4
     # a ray certifies infeasibility when its cone violation, times 1 + the size of the
     # bounds its objective uses (of the costs, for a primal ray), is at most this times its
     # objective (descent); see _certificates. Raised to 100 eps of the solve's dtype
@@ -685,8 +693,11 @@ def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
         )
         dx = _norm(xt - s.x_anchor)
         dy = _norm(yt - s.y_anchor)
-        smooth = jnp.exp(0.5 * jnp.log(dy / dx) + 0.5 * jnp.log(s.omega))
-        ok = (dx > 1e-10) & (dy > 1e-10) & jnp.isfinite(smooth)
+        floor = 1e-10
+        smooth = jnp.exp(
+            0.5 * jnp.log(jnp.maximum(dy, floor) / jnp.maximum(dx, floor)) + 0.5 * jnp.log(s.omega)
+        )
+        ok = ((dx > floor) | (dy > floor)) & jnp.isfinite(smooth)
         omega = jnp.where(restart & ok, smooth, s.omega)
         return _State(
             x=jnp.where(restart, xt, x),
