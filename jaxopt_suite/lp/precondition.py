@@ -9,13 +9,19 @@ scaled problem is
   [\\tilde\\ell_c, \\tilde u_c] = s_b [\\ell_c, u_c] / D_r, \\quad
   [\\tilde\\ell_v, \\tilde u_v] = s_b [\\ell_v, u_v] D_c,
 
-with ``s_b = 1 / (||b|| + 1)`` (``b`` the finite row bounds, as PDLP and cuPDLPx; an
-equality row's side counted once) and ``s_c = 1 / (||c|| + 1)``, so
-``x = x~ / (s_b D_c)`` and ``y = y~ / (s_c D_r)``. The variable bounds stay out of ``s_b``:
-a big-M bound such as ``x <= 1e6`` that no solution reaches would otherwise shrink every
-row side towards 0 and stall the dual (a one-row LP ran to the iteration limit). The row
-scaling depends only on ``A``, and bounds enter only through ``s_b``: every LP of a batch
-that shares ``A`` and is scaled with the same ``s_b`` reuses one factorisation.
+with ``s_b = 1 / (||b|| + 1)`` (``b`` the finite row and variable bounds) and
+``s_c = 1 / (||c|| + 1)``, so ``x = x~ / (s_b D_c)`` and ``y = y~ / (s_c D_r)``.
+
+PDLP and cuPDLPx take ``b`` from the row bounds alone. With that rule (the ``pwl`` suite at
+9273a6a, ``benchmarks/results/probes/pwl_row_bound_scale_9273a6a.json``) the branch-and-bound
+took 1.3x as long on the resource-allocation family (geometric mean 2.79 s against 2.08 s at
+ad94d35, ``results/pwl.json``; two instances went from optimal to the time limit), so the
+variable bounds stay in. The price: a big-M variable bound no solution reaches makes ``s_b``
+and the scaled optimum tiny; PDLP's primal-weight update (:mod:`.pdlp`) lets float64 solve
+such LPs, while float32 can stall at its rounding (``min -x s.t. x <= 1``, ``|x| <= 1e6``
+ends ITERATION_LIMIT with a message pointing to float64).
+The row scaling depends only on ``A``, and bounds enter only through ``s_b``: every LP of
+a batch that shares ``A`` and is scaled with the same ``s_b`` reuses one factorisation.
 """
 
 from __future__ import annotations
@@ -132,8 +138,10 @@ def bound_objective_scales(
     ``scale_bounds`` is off)."""
     if not scale_bounds:
         return 1.0, 1.0
-    lower = np.where(lp.row_lower == lp.row_upper, np.inf, lp.row_lower)  # equalities once
-    bound = 1.0 / (_finite_norm(lower / row, lp.row_upper / row) + 1.0)
+    bound = 1.0 / (
+        _finite_norm(lp.row_lower / row, lp.row_upper / row, lp.var_lower * col, lp.var_upper * col)
+        + 1.0
+    )
     objective = 1.0 / (float(np.linalg.norm(lp.c / col)) + 1.0)
     return bound, objective
 

