@@ -9,6 +9,12 @@ warm-up solve first; the rules alternate per instance), and records time, status
 
     PYTHONPATH=. python -m benchmarks.pwl_bound_scale_probe --family resource_allocation \\
         --out benchmarks/results/probes/pwl_bound_scale_resource_allocation.json
+
+On resource allocation (``probes/pwl_bound_scale_resource_allocation.json``, this module at
+edf8b87, 7 min here) the rows-only rule's geometric-mean time is 2.71 s against 2.13 s, and
+it solves 9 of the 11 instances within 20 s against 10 (resource_n400_k24: 187 nodes to the
+time limit against 21 nodes and 4.9 s). It is faster on 4 of the instances, so the
+difference is that of a family, not of every instance.
 """
 
 from __future__ import annotations

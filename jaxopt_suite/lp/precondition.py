@@ -12,14 +12,15 @@ scaled problem is
 with ``s_b = 1 / (||b|| + 1)`` (``b`` the finite row and variable bounds) and
 ``s_c = 1 / (||c|| + 1)``, so ``x = x~ / (s_b D_c)`` and ``y = y~ / (s_c D_r)``.
 
-PDLP and cuPDLPx take ``b`` from the row bounds alone. With that rule (the ``pwl`` suite at
-9273a6a, ``benchmarks/results/probes/pwl_row_bound_scale_9273a6a.json``) the branch-and-bound
-took 1.3x as long on the resource-allocation family (geometric mean 2.79 s against 2.08 s at
-ad94d35, ``results/pwl.json``; two instances went from optimal to the time limit), so the
-variable bounds stay in. The price: a big-M variable bound no solution reaches makes ``s_b``
-and the scaled optimum tiny; PDLP's primal-weight update (:mod:`.pdlp`) lets float64 solve
-such LPs, while float32 can stall at its rounding (``min -x s.t. x <= 1``, ``|x| <= 1e6``
-ends ITERATION_LIMIT with a message pointing to float64).
+PDLP and cuPDLPx take ``b`` from the row bounds alone. With that rule the ``pwl`` suite's
+branch-and-bound took 1.28x as long on the resource-allocation family (geometric mean 2.71 s
+against 2.13 s, solving 9 of 11 instances against 10 within the 20 s limit; both rules in
+one run, ``benchmarks.pwl_bound_scale_probe`` at edf8b87,
+``probes/pwl_bound_scale_resource_allocation.json``), so the variable bounds stay in. The
+price: a big-M variable bound no solution reaches makes ``s_b`` and the scaled optimum
+tiny; the primal-weight update of :mod:`.pdlp` lets float64 solve such LPs, while float32
+can stall at its rounding (``min -x s.t. x <= 1``, ``|x| <= 1e6`` ends ITERATION_LIMIT
+with a message pointing to float64).
 The row scaling depends only on ``A``, and bounds enter only through ``s_b``: every LP of
 a batch that shares ``A`` and is scaled with the same ``s_b`` reuses one factorisation.
 """
