@@ -64,7 +64,7 @@ def test_bad_config_raises():
     # bools were read as 1.0, arrays failed to hash in the compiled functions' cache
     with pytest.raises(ValueError, match="learning_rate must be a number, not a bool"):
         dice.DiceConfig(learning_rate=True).checked()
-    with pytest.raises(ValueError, match="final_lr_fraction must be a number"):
+    with pytest.raises(ValueError, match=r"final_lr_fraction must lie in \[0, 1\] \(a number, not"):
         dice.DiceConfig(final_lr_fraction=True).checked()
     with pytest.raises(ValueError, match=r"alpha must be a scalar, got shape \(2,\)"):
         dice.DiceConfig(alpha=np.array([0.1, 0.2])).checked()
@@ -78,6 +78,9 @@ def test_checked_config_holds_python_numbers():
     config = given.checked()
     assert type(config.alpha) is float and config.alpha == 0.5
     assert type(config.iterations) is int and config.hidden == (8, 8)
+    flags = dice.DiceConfig(mass_constraint=np.bool_(False), final_lr_fraction=np.float64(1))
+    flagged = flags.checked()
+    assert flagged.mass_constraint is False and type(flagged.final_lr_fraction) is float
     hash(config)  # keys the compiled functions
     assert dice.DiceConfig(alpha=0.5, iterations=7, hidden=(8, 8)).checked() == config
 

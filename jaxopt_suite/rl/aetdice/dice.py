@@ -79,10 +79,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
-from jaxopt_suite._checks import check_scalar, check_settings
+from jaxopt_suite._checks import check_flag, check_number, check_settings, python_numbers
 from jaxopt_suite.rl.networks import (
     MixturePolicy,
     ValueNetwork,
@@ -164,8 +163,9 @@ class DiceConfig:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def checked(self) -> DiceConfig:
-        """The config with its numbers as Python floats (it keys compiled functions, and an
-        array does not hash), or a ``ValueError`` naming the first bad setting."""
+        """The config with its numbers as Python ints and floats (it keys compiled
+        functions, and an array does not hash), or a ``ValueError`` naming the first bad
+        setting."""
         if self.divergence not in DIVERGENCES:
             raise ValueError(f"divergence must be one of {DIVERGENCES}, got {self.divergence!r}")
         check_settings(
@@ -176,26 +176,12 @@ class DiceConfig:
             widths=("hidden", "policy_hidden"),
             scalar=True,
         )
-        if isinstance(self.final_lr_fraction, bool | np.bool_):
-            raise ValueError(f"final_lr_fraction must be a number, got {self.final_lr_fraction!r}")
-        check_scalar(
+        check_number(
             "final_lr_fraction", self.final_lr_fraction, "lie in [0, 1]", lambda v: 0 <= v <= 1
         )
         for name in ("behaviour_conditioned", "mass_constraint"):  # "no" would read as true
-            if not isinstance(getattr(self, name), bool | np.bool_):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        floats = ("alpha", "learning_rate", "dual_learning_rate", "gradient_penalty")
-        floats += ("final_lr_fraction", "mass_learning_rate")
-        return dataclasses.replace(
-            self,
-            **{name: float(getattr(self, name)) for name in floats},
-            **{name: int(getattr(self, name)) for name in ("iterations", "batch_size")},
-            policy_components=int(self.policy_components),
-            hidden=tuple(int(w) for w in self.hidden),
-            policy_hidden=tuple(int(w) for w in self.policy_hidden),
-            behaviour_conditioned=bool(self.behaviour_conditioned),
-            mass_constraint=bool(self.mass_constraint),
-        )
+            check_flag(name, getattr(self, name))
+        return python_numbers(self)
 
 
 class DiceData(NamedTuple):
