@@ -23,6 +23,18 @@ def key():
     return jax.random.key(0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drops jax's compiled programs after each test file. XLA:CPU maps memory for every
+    executable it keeps, and jax keeps them all: tests/lp alone left a process with 7665
+    memory maps (945 when cleared per file), so a make-test worker that runs half the suite
+    heads for the kernel's limit (vm.max_map_count, 65530 here). Two make-test runs had a
+    worker segfault inside an XLA compile late in the run (in test_examples.py and
+    test_padded_steps.py), and xdist then hung; the map limit is the likely cause."""
+    yield
+    jax.clear_caches()
+
+
 # The longest test files run first: `make test` spreads whole files over its processes
 # (pytest-xdist, --dist loadfile) in collection order, and a long file collected last would
 # be left running alone at the end.
