@@ -38,7 +38,7 @@ from envs.costs import (
     limit_cost,
     velocity_cost,
 )
-from envs.max_cost import MaxCostWrapper, wrap_for_training
+from envs.max_cost import MaxCostWrapper, wrap_for_training, wrapper_chain
 from envs.metrics import episode_statistics
 from envs.mo_tasks import BalanceTask, make_multi_objective, multi_objective_names
 from envs.multi_objective import (
@@ -102,4 +102,5 @@ __all__ = [
     "validate_dataset",
     "velocity_cost",
     "wrap_for_training",
+    "wrapper_chain",
 ]

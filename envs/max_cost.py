@@ -50,7 +50,7 @@ class MaxCostWrapper(Wrapper):
 
     def reset(self, rng: jax.Array) -> State:
         batching = (training.VmapWrapper, training.EpisodeWrapper, training.AutoResetWrapper)
-        if any(isinstance(layer, batching) for layer in _layers(self.env)):
+        if any(isinstance(layer, batching) for layer in wrapper_chain(self.env)):
             raise ValueError(
                 "MaxCostWrapper must sit inside Brax's training wrappers (its maximum resets "
                 "with each episode): wrap the unbatched environment, then wrap_for_training"
@@ -150,7 +150,8 @@ class _RawKeys(Wrapper):
         return self.env.reset(rng)
 
 
-def _layers(env: Env) -> list[Env]:
+def wrapper_chain(env: Env) -> list[Env]:
+    """``env`` and the environments it wraps, outermost first."""
     layers = [env]
     while isinstance(layers[-1], Wrapper):
         layers.append(layers[-1].env)
@@ -186,7 +187,7 @@ def wrap_for_training(env: Env, episode_length: int, action_repeat: int = 1) -> 
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{name}={value!r} must be a positive int")
     episode_length, action_repeat = int(episode_length), int(action_repeat)
-    layers = _layers(env)
+    layers = wrapper_chain(env)
     if not any(isinstance(layer, CostWrapper) for layer in layers):
         raise ValueError(
             f"env must have a CostWrapper in its wrapper chain, got "

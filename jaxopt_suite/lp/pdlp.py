@@ -48,7 +48,7 @@ import scipy.sparse as sp
 from jax.experimental import io_callback
 from jax.experimental import sparse as jsparse
 
-from jaxopt_suite._checks import check_integer, check_number
+from jaxopt_suite._checks import check_flag, check_integer, check_number
 from jaxopt_suite.lp import native
 from jaxopt_suite.lp.operator import EllOperator, SharedOperator
 from jaxopt_suite.lp.precondition import Scaling, bound_objective_scales, equilibrate
@@ -548,7 +548,8 @@ class _State(NamedTuple):
 # each call, because one solve makes many calls (the compacting batch loop advances a few
 # evaluations at a time, continuous batching advances between refills) and concurrent
 # thread groups run the same compiled loop.
-_MAX_DEADLINE = float(np.iinfo(np.int32).max)
+_INT32_MAX = int(np.iinfo(np.int32).max)  # loop counters and deadlines are int32
+_MAX_DEADLINE = float(_INT32_MAX)
 
 
 def _deadline(started, time_limit: float | None):
@@ -610,7 +611,7 @@ def _limits(options: LPOptions, dtype) -> tuple[jax.Array, jax.Array, jax.Array]
     return (
         jnp.asarray(options.tolerance, dtype),
         jnp.asarray(max(float(options.infeasibility_tolerance), floor), dtype),
-        jnp.asarray(min(int(options.max_iterations), np.iinfo(np.int32).max), jnp.int32),
+        jnp.asarray(min(int(options.max_iterations), _INT32_MAX), jnp.int32),
     )
 
 
@@ -819,19 +820,14 @@ def _check_options(options: LPOptions) -> LPOptions:
         alpha = check_number(
             "pock_chambolle_alpha", alpha, "lie in [0, 2] (or None)", lambda v: 0 <= v <= 2
         )
-    if not isinstance(options.scale_bounds, bool | np.bool_):  # "no" would read as true
-        raise ValueError(f"scale_bounds must be a bool, got {options.scale_bounds!r}")
     return options._replace(
         tolerance=tolerance,
         infeasibility_tolerance=infeasibility,
         time_limit=time_limit,
         pock_chambolle_alpha=alpha,
-        scale_bounds=bool(options.scale_bounds),
+        scale_bounds=check_flag("scale_bounds", options.scale_bounds),  # "no" read as true
         **counts,
     )
-
-
-_INT32_MAX = 2**31 - 1
 
 
 def _warm_vector(name, value, size):
@@ -1164,7 +1160,7 @@ def batch_advance(
     :func:`batch_refill`), not from this call."""
     if evaluations is not None:  # a NumPy integer is one
         evaluations = check_integer("evaluations (or None)", evaluations, 1)
-    limit = jnp.asarray(np.iinfo(np.int32).max if evaluations is None else evaluations, jnp.int32)
+    limit = jnp.asarray(_INT32_MAX if evaluations is None else evaluations, jnp.int32)
     advance = _batched_advance(_compiled_options(batch.options))
     limits = _limits(batch.options, batch.data.c.dtype)
     return _in_groups(
@@ -1468,7 +1464,7 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     advance = _batched_advance(_compiled_options(batch.options))
     limits = _limits(batch.options, batch.data.c.dtype)
     chunk = jnp.asarray(evaluations, jnp.int32)
-    to_the_end = jnp.asarray(np.iinfo(np.int32).max, jnp.int32)
+    to_the_end = jnp.asarray(_INT32_MAX, jnp.int32)
     full = batch.state
     active = np.arange(batch.var_lower.shape[0])  # original index of each working slot
     work = batch

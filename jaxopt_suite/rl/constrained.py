@@ -40,6 +40,7 @@ from jaxopt_suite.rl.rollout import (
     EpisodeStats,
     Prepared,
     Transition,
+    weight_total,
 )
 from jaxopt_suite.rl.training import (
     Params,
@@ -191,7 +192,7 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
 
     def policy_step(params: Params, batch: Transition, data: Prepared, c):
         weights, obs = data.weights, data.obs
-        total = jnp.maximum(jnp.sum(weights), 1.0)  # all truncated: 0 / 0 (prepare)
+        total = weight_total(weights)
         episodes = episodes_in(batch, config.episode_length)
         old_mean, old_log_std = policy.apply(params.policy, obs)
         flat0, unravel = ravel_pytree(params.policy)
@@ -222,7 +223,7 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
         def sub_kl(p):
             mean, log_std = policy.apply(p, sub_obs)
             kl = gaussian_kl(sub_mean, sub_log_std, mean, log_std)
-            return jnp.sum(sub_weights * kl) / jnp.maximum(jnp.sum(sub_weights), 1.0)
+            return jnp.sum(sub_weights * kl) / weight_total(sub_weights)
 
         fvp = fisher_vector_product(sub_kl, params.policy, damping=config.cg_damping)
         hinv_g = conjugate_gradient(fvp, g, max_iterations=config.cg_iterations).x

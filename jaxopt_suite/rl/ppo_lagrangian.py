@@ -39,7 +39,7 @@ from envs import wrap_for_training
 from jaxopt_suite._checks import check_flag, check_settings, python_numbers
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_log_prob
-from jaxopt_suite.rl.rollout import EpisodeStats
+from jaxopt_suite.rl.rollout import EpisodeStats, weight_total
 from jaxopt_suite.rl.training import (
     Params,
     Trainer,
@@ -167,7 +167,7 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
     def loss_fn(nets, lagrange, data):
         obs, action, old_log_prob, adv_r, adv_c, td_c, target_r, target_c, weights = data
         policy_params, reward_params, cost_params = nets
-        total = jnp.maximum(jnp.sum(weights), 1.0)
+        total = weight_total(weights)
         mean, log_std = policy.apply(policy_params, obs)
         ratio = jnp.exp(gaussian_log_prob(mean, log_std, action) - old_log_prob)
         clipped = jnp.clip(ratio, 1.0 - config.clip, 1.0 + config.clip)
@@ -206,7 +206,7 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
 
         # standardised like the reward's (OmniSafe's default for its Lagrangian PPO): the
         # multiplier then trades advantages of one scale instead of fighting the cost's units
-        total = jnp.maximum(jnp.sum(data.weights), 1.0)  # all truncated: 0 / 0 (prepare)
+        total = weight_total(data.weights)
         spread = jnp.sqrt(jnp.sum(data.weights * data.cost_advantage**2) / total)
         cost_advantage = data.cost_advantage / (spread + 1e-8)
         flat = jax.tree.map(

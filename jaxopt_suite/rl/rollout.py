@@ -148,6 +148,14 @@ class Prepared(NamedTuple):
     cost_values: jax.Array
 
 
+def weight_total(weights: jax.Array) -> jax.Array:
+    """The sum of the step weights (``1 - truncation``) that weighted means divide by, at
+    least 1: when every step is truncated (``unroll_length`` 1 as all envs hit the time
+    limit) ``0 / 0`` made the advantages NaN, and the NaN gradients (times weight 0) every
+    parameter NaN for good. Every weighted mean of the batch's losses divides by this."""
+    return jnp.maximum(jnp.sum(weights), 1.0)
+
+
 def prepare(
     batch: Transition,
     final_obs: jax.Array,
@@ -167,9 +175,7 @@ def prepare(
     obs = normalize(stats, batch.obs)
     last_obs = normalize(stats, final_obs)
     weights = 1.0 - batch.truncation
-    # every step truncated (unroll_length 1 as all envs hit the time limit): 0 / 0 made the
-    # advantages NaN, and the NaN gradients (times weight 0) every parameter NaN for good
-    total = jnp.maximum(jnp.sum(weights), 1.0)
+    total = weight_total(weights)
 
     def weighted_mean(x):
         return jnp.sum(weights * x) / total

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxopt_suite._checks import check_integer, check_key, check_widths
+from jaxopt_suite._checks import check_flag, check_integer, check_key, check_widths
 from jaxopt_suite.rl import ascpo
 from jaxopt_suite.rl.networks import GaussianPolicy
 from jaxopt_suite.rl.normalization import RunningStats, init_stats, update_stats
@@ -147,24 +147,15 @@ def iteration_metrics(stats: EpisodeStats, last: EpisodeStats, constraint) -> di
     }
 
 
-def _wrappers(env) -> list:
-    """``env``'s layers, outermost first."""
-    layers, layer = [], env
-    while layer is not None:
-        layers.append(layer)
-        layer = getattr(layer, "env", None)
-    return layers
-
-
 def check_env(env) -> None:
     """The algorithms need the per-step cost and the max-cost increment in ``state.info``:
     an environment from :func:`envs.make` (with ``max_cost=True``, the default), whose
     :class:`envs.MaxCostWrapper` sits outside every cost wrapper (a cost wrapper outside it
     replaces ``info['cost']`` after the increments were taken from the inner cost, so the
     episode's summed cost and its maximum would measure different costs)."""
-    from envs import CostWrapper, MaxCostWrapper
+    from envs import CostWrapper, MaxCostWrapper, wrapper_chain
 
-    layers = _wrappers(env)
+    layers = wrapper_chain(env)
     names = [type(x).__name__ for x in layers]
     for needed in (CostWrapper, MaxCostWrapper):
         if not any(isinstance(x, needed) for x in layers):
@@ -185,7 +176,9 @@ def check_env(env) -> None:
 
 def env_description(env) -> str:
     """``env``'s wrapper chain by class, outermost first (recorded with checkpoints)."""
-    return " > ".join(type(x).__name__ for x in _wrappers(env))
+    from envs import wrapper_chain
+
+    return " > ".join(type(x).__name__ for x in wrapper_chain(env))
 
 
 def config_settings(config, env) -> tuple[tuple[str, Any], ...]:
@@ -483,8 +476,7 @@ def evaluate(
     num_envs = check_integer("num_envs", num_envs, 1)
     episode_length = check_integer("episode_length", episode_length, 1)
     check_key(key)
-    if not isinstance(deterministic, bool | np.bool_):  # "False" would read as true
-        raise ValueError(f"deterministic must be a bool, got {deterministic!r}")
+    check_flag("deterministic", deterministic)  # "False" would read as true
     check_env(env)
     hidden = check_widths("hidden", hidden)
     _check_policy_params(env, params, hidden)
