@@ -21,7 +21,20 @@ from pathlib import Path
 
 import jax
 
-_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-w")
+# -ffp-contract=off: no fused multiply-adds, so a kernel's vector and scalar code paths
+# round alike and a batched LP's column gets the bits it gets alone, whatever the batch's
+# width (the kernels pick their code path by width); fusing only in some paths moved the
+# stopping evaluation of a float32 batch that narrows
+_FLAGS = (
+    "-O3",
+    "-march=native",
+    "-ffp-contract=off",
+    "-std=c++17",
+    "-shared",
+    "-fPIC",
+    "-pthread",
+    "-w",
+)
 
 
 def cache_dir() -> Path:

@@ -109,7 +109,8 @@ class LPOptions(NamedTuple):
     ruiz_iterations: int = 10
     pock_chambolle_alpha: float | None = 1.0
     scale_bounds: bool = True
-    # "native" (the CPU kernel of lp.native: CSR times a panel), "dense", "ell"
+    # "native" (the CPU kernels of lp.native: CSR times a panel, and the iterations
+    # between two evaluations fused into one call), "dense", "ell"
     # (EllOperator, plain jnp gathers), "sparse" (XLA's BCOO), "block" (the Pallas
     # block-ELL kernel; interpret mode off GPU, slow there) or "auto": "native" on the CPU
     # backend where it builds, else dense when A has at most 4e6 entries and a density of
@@ -651,9 +652,28 @@ def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
 
     def body(s: _State) -> _State:
         inner = s.inner.astype(dtype)
-        x, y, *_ = jax.lax.fori_loop(
-            0, freq, halpern, (s.x, s.y, s.x_anchor, s.y_anchor, s.omega, inner)
-        )
+        if isinstance(data.A, native.NativeOperator):
+            # the same iterations in one call of the fused CPU kernel
+            x, y = native.halpern_steps(
+                data.A,
+                data.c,
+                data.var_lower,
+                data.var_upper,
+                data.row_lower,
+                data.row_upper,
+                s.x,
+                s.y,
+                s.x_anchor,
+                s.y_anchor,
+                data.eta / s.omega,
+                data.eta * s.omega,
+                inner,
+                freq,
+            )
+        else:
+            x, y, *_ = jax.lax.fori_loop(
+                0, freq, halpern, (s.x, s.y, s.x_anchor, s.y_anchor, s.omega, inner)
+            )
         iterations = s.iterations + freq
         inner_count = s.inner + freq
         xt, yt = _pdhg(data, x, y, s.omega)
@@ -1038,7 +1058,7 @@ def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0):
     # values given, which its dual bounds use
     lower, upper = _infinite_beyond(lower, upper)
     lower_s, upper_s = s_b * lower * scaling.col, s_b * upper * scaling.col
-    host = {
+    primal = {
         "c": s_c * costs / scaling.col,
         "var_lower": lower_s,
         "var_upper": upper_s,
@@ -1046,16 +1066,24 @@ def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0):
         "var_lower_raw": lower,
         "var_upper_raw": upper,
         "x0": np.clip(scaling.scale_primal(x0), lower_s, upper_s),
-        "y0": scaling.scale_dual(y0),
     }
-    moved = jax.device_put(
-        {k: np.ascontiguousarray(np.asarray(v, dtype).T) for k, v in host.items()}
-    )
-    state = _initial_state_jit(moved.pop("x0"), moved.pop("y0"))
-    return base._replace(**moved), state
+    # two transfers (the (n, k) fields stacked, and y0), split on the device: one transfer
+    # per field cost a few tenths of a millisecond a batch, which a batch of a few dozen
+    # small LPs solves in a few milliseconds
+    assert tuple(primal)[:-1] == _BATCHED_FIELDS
+    stacked = np.stack([np.asarray(v, dtype) for v in primal.values()], axis=2)
+    fields = _fresh_batch(jnp.asarray(stacked), jnp.asarray(scaling.scale_dual(y0), dtype))
+    state = fields.pop("state")
+    return base._replace(**fields), state
 
 
-_initial_state_jit = jax.jit(_initial_state)
+@jax.jit
+def _fresh_batch(primal, y0):
+    """The per-instance fields of :func:`_scaled_batch` and the fresh state, in columns,
+    from ``primal`` ``(k, n, 7)`` (the fields in order, then ``x0``) and ``y0`` ``(k, m)``."""
+    columns = jnp.moveaxis(primal, 0, 1)  # (n, k, 7)
+    fields = {name: columns[..., i] for i, name in enumerate(_BATCHED_FIELDS)}
+    return {**fields, "state": _initial_state(columns[..., -1], y0.T)}
 
 
 def _slot_indices(slots: Any, size: int, *, name: str = "slots", distinct: bool) -> np.ndarray:
@@ -1468,6 +1496,7 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
     full = batch.state
     active = np.arange(batch.var_lower.shape[0])  # original index of each working slot
     work = batch
+    compacted = False
     while True:
         small = active.size < _COMPACT_MIN
         narrowing = _narrowing_run(batch.options, active.size)
@@ -1491,4 +1520,9 @@ def _run_compacting(batch: LPBatch, evaluations: int = 2) -> LPBatch:
             full = _put_slots(full, jnp.asarray(active), state)
             work = _select_slots(work, pick)
             active = active[pick]
+            compacted = True
+    if not compacted:
+        # never compacted: the working state is the whole one (writing it back cost a
+        # scatter of every field, a few percent of a small batch's solve)
+        return batch._replace(state=work.state)
     return batch._replace(state=_put_slots(full, jnp.asarray(active), work.state))

@@ -104,3 +104,126 @@ def test_solves_match_dense_products():
                 options._replace(matrix="dense"),
             )
             assert abs(batch.objective[b] - one.objective) <= 1e-6 * max(1.0, abs(one.objective))
+
+
+def _halpern_reference(A, c, lv, uv, lr, ur, x, y, x0, y0, tau, sigma, inner, steps):
+    """The PDHG step and Halpern average of pdlp's XLA loop, in float64 numpy."""
+    for k in range(steps):
+        x_hat = np.clip(x - tau * (c - A.T @ y), lv, uv)
+        x_bar = 2.0 * x_hat - x
+        t = y / sigma - A @ x_bar
+        y_hat = sigma * (t - np.clip(t, -ur, -lr))
+        w = (inner + k + 1.0) / (inner + k + 2.0)
+        x = w * x_bar + (1.0 - w) * x0
+        y = w * (2.0 * y_hat - y) + (1.0 - w) * y0
+    return x, y
+
+
+def _halpern_problem(batch, seed, shared):
+    """Operands of ``native.halpern_steps`` for a 37 x 53 matrix with an empty row: mixed
+    finite and infinite bounds, per-column or shared (``(k, 1)``) costs and bounds."""
+    rng = np.random.default_rng(seed)
+    A = _matrix(37, 53, 0.1, seed=seed, empty_row=4)
+    cols = 1 if shared else batch
+    lv = np.where(rng.random((53, cols)) < 0.3, -np.inf, rng.uniform(-2, 0, (53, cols)))
+    uv = np.where(rng.random((53, cols)) < 0.3, np.inf, rng.uniform(0, 2, (53, cols)))
+    lr = np.where(rng.random((37, 1)) < 0.4, -np.inf, rng.uniform(-1, 0, (37, 1)))
+    ur = np.where(rng.random((37, 1)) < 0.4, np.inf, rng.uniform(0, 1, (37, 1)))
+    ur[:5] = lr[:5] = rng.uniform(-1, 1, (5, 1))  # equality rows
+    lr[5] = -np.inf
+    ur[5] = np.inf  # a free row
+    panels = {
+        "c": rng.normal(size=(53, cols)),
+        "var_lower": lv,
+        "var_upper": uv,
+        "row_lower": lr,
+        "row_upper": ur,
+        "x": rng.normal(size=(53, batch)),
+        "y": rng.normal(size=(37, batch)),
+        "x_anchor": rng.normal(size=(53, batch)),
+        "y_anchor": rng.normal(size=(37, batch)),
+    }
+    scalars = {
+        "tau": rng.uniform(0.05, 0.2, batch),
+        "sigma": rng.uniform(0.05, 0.2, batch),
+        "inner": rng.integers(0, 50, batch).astype(float),
+    }
+    return A, panels, scalars
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("batch", [None, 1, 3, 8, 17, 40, 100])
+@pytest.mark.parametrize("shared", [False, True])
+def test_halpern_steps_match_the_loop_they_fuse(dtype, batch, shared):
+    with jax.enable_x64(dtype == jnp.float64):
+        A, panels, scalars = _halpern_problem(batch or 1, seed=batch or 0, shared=shared)
+        steps = 24
+        expected = _halpern_reference(
+            A.toarray(), *panels.values(), *(v[None, :] for v in scalars.values()), steps
+        )
+        if batch is None:  # a single LP: 1-D vectors, 0-D scalars
+            panels = {k: v[:, 0] for k, v in panels.items()}
+            scalars = {k: v[0] for k, v in scalars.items()}
+            expected = tuple(e[:, 0] for e in expected)
+        op = native.NativeOperator.from_scipy(A, dtype)
+        args = {k: jnp.asarray(v, dtype) for k, v in {**panels, **scalars}.items()}
+        x, y = jax.jit(native.halpern_steps, static_argnames="steps")(op, **args, steps=steps)
+        assert x.shape == expected[0].shape and y.shape == expected[1].shape
+        assert x.dtype == y.dtype == dtype
+        tol = 1e-11 if dtype == jnp.float64 else 2e-4
+        for got, want in zip((x, y), expected, strict=True):
+            np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
+
+
+def test_halpern_steps_columns_are_independent():
+    """A column's result does not depend on the batch around it or on where it sits (the
+    kernel groups columns by width): batched solves equal single ones bit for bit."""
+    with jax.enable_x64(True):
+        A, panels, scalars = _halpern_problem(37, seed=5, shared=False)
+        op = native.NativeOperator.from_scipy(A, jnp.float64)
+        steps = jax.jit(native.halpern_steps, static_argnames="steps")
+        whole = steps(op, **panels, **scalars, steps=9)
+        for b in (0, 17, 36):
+            one = steps(
+                op,
+                **{k: v[:, b] if v.shape[1] > 1 else v[:, 0] for k, v in panels.items()},
+                **{k: v[b] for k, v in scalars.items()},
+                steps=9,
+            )
+            for got, want in zip(one, whole, strict=True):
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want)[:, b])
+
+
+def test_halpern_steps_keep_a_nan():
+    """A NaN iterate stays NaN through the bounds' clip (the solver's NUMERICAL_ERROR
+    depends on it), in every column group the kernel uses."""
+    with jax.enable_x64(True):
+        A, panels, scalars = _halpern_problem(13, seed=2, shared=False)
+        panels["var_lower"] = np.full_like(panels["var_lower"], -1.0)
+        panels["var_upper"] = np.full_like(panels["var_upper"], 1.0)
+        panels["row_lower"] = np.full_like(panels["row_lower"], -1.0)
+        panels["row_upper"] = np.full_like(panels["row_upper"], 1.0)
+        panels["x"][3, 0] = panels["x"][3, 12] = np.nan  # a wide group and the last column
+        op = native.NativeOperator.from_scipy(A, jnp.float64)
+        x, y = native.halpern_steps(op, **panels, **scalars, steps=3)
+        assert np.isnan(np.asarray(x)[:, [0, 12]]).any(axis=0).all()
+        assert np.isnan(np.asarray(y)[:, [0, 12]]).any(axis=0).all()
+        assert np.isfinite(np.asarray(x)[:, 1:12]).all()
+
+
+def test_halpern_steps_name_a_bad_operand():
+    A, panels, scalars = _halpern_problem(4, seed=1, shared=True)
+    op = native.NativeOperator.from_scipy(A, jnp.float32)
+    args = {k: jnp.asarray(v, jnp.float32) for k, v in {**panels, **scalars}.items()}
+    with pytest.raises(ValueError, match=r"y_anchor must be float32 of shape \(37, 4\)"):
+        native.halpern_steps(op, **{**args, "y_anchor": args["y_anchor"][:, :3]}, steps=2)
+    with pytest.raises(
+        ValueError, match=r"row_upper must be float32 of shape \(37, 4\) or \(37, 1\)"
+    ):
+        native.halpern_steps(op, **{**args, "row_upper": args["row_upper"][:30]}, steps=2)
+    with pytest.raises(ValueError, match="c must be float32"):
+        native.halpern_steps(op, **{**args, "c": args["c"].astype(jnp.int32)}, steps=2)
+    with pytest.raises(ValueError, match=r"A is not \(37, 53\)"):
+        native.halpern_steps(op.T, **args, steps=2)
+    with pytest.raises(ValueError, match="steps must be"):
+        native.halpern_steps(op, **args, steps=-1)

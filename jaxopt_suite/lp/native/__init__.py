@@ -1,4 +1,4 @@
-"""A CPU kernel for PDLP's batched products: CSR matrix times a dense panel.
+"""CPU kernels for PDLP: CSR matrix times a dense panel, and fused PDHG iterations.
 
 Under ``vmap`` (``solve_lp_batch``, the branch-and-bound) every PDHG iteration multiplies
 one shared sparse matrix by a ``(n, B)`` panel. XLA's CPU backend has no good way to do
@@ -8,7 +8,14 @@ kernel in ``csr_spmm.cc`` adds one scaled panel row per stored entry, with the b
 registers, through XLA's FFI (``jax.ffi``); the ``lp`` benchmark suite times it against
 XLA's dense and BCOO products (its SpMM table).
 
-The kernel is compiled on first use (:mod:`jaxopt_suite._native`). Where no compiler
+PDLP's inner loop (``eval_every`` PDHG iterations with the Halpern average between two
+evaluations) runs as one call of ``halpern_steps.cc`` (:func:`halpern_steps`) when the
+matrix is native: XLA ran each iteration as two products and several elementwise passes,
+each with its own dispatch cost, which for LPs of a few hundred rows was most of the
+iteration. The evaluations (KKT, restarts, certificates) stay in XLA and use
+:func:`csr_panel`.
+
+The kernels are compiled on first use (:mod:`jaxopt_suite._native`). Where no compiler
 works, :func:`available` is false and says why (:func:`unavailable_reason`); the solvers'
 ``auto`` matrix choice then uses XLA's products, and asking for ``matrix="native"`` raises.
 """
@@ -22,28 +29,39 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import scipy.sparse as sp
 
 from jaxopt_suite import _native
+from jaxopt_suite._checks import check_integer
 from jaxopt_suite.lp.operator import SharedOperator, check_rows
 
 SOURCE = Path(__file__).with_name("csr_spmm.cc")
 TARGET = "jaxopt_suite_csr_panel"
-_TARGETS = ((TARGET, "JaxoptSuiteCsrPanel"),)
+STEPS_SOURCE = Path(__file__).with_name("halpern_steps.cc")
+STEPS_TARGET = "jaxopt_suite_halpern_steps"
+_KERNELS = (
+    (SOURCE, ((TARGET, "JaxoptSuiteCsrPanel"),)),
+    (STEPS_SOURCE, ((STEPS_TARGET, "JaxoptSuiteHalpernSteps"),)),
+)
 
 
 def available() -> bool:
-    """Whether the kernel is built and registered (it runs on the CPU backend only)."""
-    return _native.register(SOURCE, _TARGETS) == ""
+    """Whether the kernels are built and registered (they run on the CPU backend only)."""
+    return unavailable_reason() == ""
 
 
 def unavailable_reason() -> str:
     """Why :func:`available` is false (``""`` when it is true)."""
-    return _native.register(SOURCE, _TARGETS)
+    for source, targets in _KERNELS:
+        reason = _native.register(source, targets)
+        if reason:
+            return reason
+    return ""
 
 
 def require() -> None:
-    reason = _native.register(SOURCE, _TARGETS)
+    reason = unavailable_reason()
     if reason:
         raise RuntimeError(f"the native CPU kernel is unavailable: {reason}")
 
@@ -107,11 +125,89 @@ class NativeOperator(SharedOperator):
     stored: ClassVar[type] = CsrMatrix
 
 
+def halpern_steps(
+    operator: NativeOperator,
+    c: jax.Array,
+    var_lower: jax.Array,
+    var_upper: jax.Array,
+    row_lower: jax.Array,
+    row_upper: jax.Array,
+    x: jax.Array,
+    y: jax.Array,
+    x_anchor: jax.Array,
+    y_anchor: jax.Array,
+    tau: jax.Array,
+    sigma: jax.Array,
+    inner: jax.Array,
+    steps: int,
+) -> tuple[jax.Array, jax.Array]:
+    """``steps`` restarted-Halpern PDHG iterations (PDLP's inner loop: the PDHG step of
+    ``jaxopt_suite.lp.pdlp._pdhg`` and the Halpern average towards the anchor, inner
+    counter ``inner + k``) in one call of the kernel in ``halpern_steps.cc``, which keeps
+    each group of columns in cache for all of them. A batch in columns: ``x, x_anchor``
+    ``(n, B)``, ``y, y_anchor`` ``(m, B)``; ``c, var_lower, var_upper`` ``(n, B)`` or
+    ``(n, 1)``, ``row_lower, row_upper`` ``(m, B)`` or ``(m, 1)``; ``tau, sigma, inner``
+    one per column, any shape of ``B`` entries. A single LP: every vector 1-D, the scalars
+    0-D. Returns ``(x, y)``. Infinite bounds are allowed (the bounds, not the iterates)."""
+    require()
+    steps = check_integer("steps", steps, 0)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"x must have shape (n,) or (n, B), got {x.shape}")
+    single = x.ndim == 1
+    n, batch = x.shape[0], 1 if single else x.shape[1]
+    m = y.shape[0] if y.ndim else 0
+    panels = {}
+    for name, value, rows, may_share in (
+        ("c", c, n, True),
+        ("var_lower", var_lower, n, True),
+        ("var_upper", var_upper, n, True),
+        ("row_lower", row_lower, m, True),
+        ("row_upper", row_upper, m, True),
+        ("x", x, n, False),
+        ("y", y, m, False),
+        ("x_anchor", x_anchor, n, False),
+        ("y_anchor", y_anchor, m, False),
+    ):
+        shapes = [(rows,)] if single else [(rows, batch)] + [(rows, 1)] * may_share
+        if value.shape not in shapes or value.dtype != x.dtype:
+            raise ValueError(
+                f"{name} must be {x.dtype} of shape {' or '.join(map(str, shapes))}, got "
+                f"{value.dtype} {value.shape}"
+            )
+        panels[name] = value.reshape(rows, -1)
+    scalars = []
+    for name, value in (("tau", tau), ("sigma", sigma), ("inner", inner)):
+        if jnp.size(value) != batch:
+            raise ValueError(
+                f"{name} must hold one value per column ({batch}), got {jnp.shape(value)}"
+            )
+        scalars.append(jnp.reshape(value, (batch,)).astype(x.dtype))
+    if operator.forward.rows != m or operator.forward.columns not in (None, n):
+        raise ValueError(f"the operator's A is not ({m}, {n}) for x {x.shape} and y {y.shape}")
+    out = (jax.ShapeDtypeStruct((n, batch), x.dtype), jax.ShapeDtypeStruct((m, batch), x.dtype))
+    # the third output is the kernel's scratch panel (2 x - x before the dual step)
+    call = jax.ffi.ffi_call(STEPS_TARGET, (*out, out[0]), vmap_method="sequential")
+    at, a = operator.backward, operator.forward
+    x_new, y_new, _ = call(
+        at.indptr,
+        at.indices,
+        at.data,
+        a.indptr,
+        a.indices,
+        a.data,
+        *panels.values(),
+        *scalars,
+        steps=np.int64(steps),
+    )
+    return (x_new[:, 0], y_new[:, 0]) if single else (x_new, y_new)
+
+
 __all__ = [
     "CsrMatrix",
     "NativeOperator",
     "available",
     "csr_panel",
+    "halpern_steps",
     "require",
     "unavailable_reason",
 ]
