@@ -634,6 +634,41 @@ def _advance(data: _Data, init: _State, options: LPOptions, evaluations, deadlin
     return state
 
 
+def _halpern_steps(data: _Data, x, y, x_anchor, y_anchor, omega, inner, steps: int):
+    """``steps`` restarted-Halpern iterations from ``(x, y)``: the PDHG step
+    :func:`_pdhg` reflected and averaged towards the anchor with weight
+    ``(inner + k + 1) / (inner + k + 2)`` at step ``k``; returns ``(x, y)``. With the
+    native matrix, one call of the fused CPU kernel (:func:`native.halpern_steps`, the
+    same arithmetic, tested against this loop)."""
+    if isinstance(data.A, native.NativeOperator):
+        return native.halpern_steps(
+            data.A,
+            data.c,
+            data.var_lower,
+            data.var_upper,
+            data.row_lower,
+            data.row_upper,
+            x,
+            y,
+            x_anchor,
+            y_anchor,
+            data.eta / omega,
+            data.eta * omega,
+            inner,
+            steps,
+        )
+
+    def halpern(k, carry):
+        x, y = carry
+        xt, yt = _pdhg(data, x, y, omega)
+        w = (inner + k + 1.0) / (inner + k + 2.0)
+        x = w * (2.0 * xt - x) + (1.0 - w) * x_anchor
+        y = w * (2.0 * yt - y) + (1.0 - w) * y_anchor
+        return x, y
+
+    return jax.lax.fori_loop(0, steps, halpern, (x, y))
+
+
 def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
     """One evaluation period (``options.eval_every`` PDHG iterations, then the restart,
     termination and primal-weight updates) as ``state -> state``; in a batch, stopped
@@ -642,38 +677,10 @@ def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
     dtype = data.c.dtype
     tol, infeasibility_tol, max_iterations = limits
 
-    def halpern(k, carry):
-        x, y, x0_, y0_, omega, inner = carry
-        xt, yt = _pdhg(data, x, y, omega)
-        w = (inner + k + 1.0) / (inner + k + 2.0)
-        x = w * (2.0 * xt - x) + (1.0 - w) * x0_
-        y = w * (2.0 * yt - y) + (1.0 - w) * y0_
-        return x, y, x0_, y0_, omega, inner
-
     def body(s: _State) -> _State:
-        inner = s.inner.astype(dtype)
-        if isinstance(data.A, native.NativeOperator):
-            # the same iterations in one call of the fused CPU kernel
-            x, y = native.halpern_steps(
-                data.A,
-                data.c,
-                data.var_lower,
-                data.var_upper,
-                data.row_lower,
-                data.row_upper,
-                s.x,
-                s.y,
-                s.x_anchor,
-                s.y_anchor,
-                data.eta / s.omega,
-                data.eta * s.omega,
-                inner,
-                freq,
-            )
-        else:
-            x, y, *_ = jax.lax.fori_loop(
-                0, freq, halpern, (s.x, s.y, s.x_anchor, s.y_anchor, s.omega, inner)
-            )
+        x, y = _halpern_steps(
+            data, s.x, s.y, s.x_anchor, s.y_anchor, s.omega, s.inner.astype(dtype), freq
+        )
         iterations = s.iterations + freq
         inner_count = s.inner + freq
         xt, yt = _pdhg(data, x, y, s.omega)
@@ -1070,8 +1077,7 @@ def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0):
     # two transfers (the (n, k) fields stacked, and y0), split on the device: one transfer
     # per field cost a few tenths of a millisecond a batch, which a batch of a few dozen
     # small LPs solves in a few milliseconds
-    assert tuple(primal)[:-1] == _BATCHED_FIELDS
-    stacked = np.stack([np.asarray(v, dtype) for v in primal.values()], axis=2)
+    stacked = np.stack([np.asarray(primal[k], dtype) for k in (*_BATCHED_FIELDS, "x0")], axis=2)
     fields = _fresh_batch(jnp.asarray(stacked), jnp.asarray(scaling.scale_dual(y0), dtype))
     state = fields.pop("state")
     return base._replace(**fields), state

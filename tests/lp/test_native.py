@@ -106,19 +106,6 @@ def test_solves_match_dense_products():
             assert abs(batch.objective[b] - one.objective) <= 1e-6 * max(1.0, abs(one.objective))
 
 
-def _halpern_reference(A, c, lv, uv, lr, ur, x, y, x0, y0, tau, sigma, inner, steps):
-    """The PDHG step and Halpern average of pdlp's XLA loop, in float64 numpy."""
-    for k in range(steps):
-        x_hat = np.clip(x - tau * (c - A.T @ y), lv, uv)
-        x_bar = 2.0 * x_hat - x
-        t = y / sigma - A @ x_bar
-        y_hat = sigma * (t - np.clip(t, -ur, -lr))
-        w = (inner + k + 1.0) / (inner + k + 2.0)
-        x = w * x_bar + (1.0 - w) * x0
-        y = w * (2.0 * y_hat - y) + (1.0 - w) * y0
-    return x, y
-
-
 def _halpern_problem(batch, seed, shared):
     """Operands of ``native.halpern_steps`` for a 37 x 53 matrix with an empty row: mixed
     finite and infinite bounds, per-column or shared (``(k, 1)``) costs and bounds."""
@@ -151,28 +138,53 @@ def _halpern_problem(batch, seed, shared):
     return A, panels, scalars
 
 
+def _solver_data(matrix, panels, eta, dtype):
+    """pdlp's ``_Data`` with what its iterations read (the rest unused): ``matrix`` native
+    (the kernel) or a dense array (XLA's loop), the costs and bounds of ``panels``."""
+    from jaxopt_suite.lp import pdlp
+
+    fields = dict.fromkeys(pdlp._Data._fields)
+    fields.update(
+        A=matrix,
+        eta=jnp.asarray(eta, dtype),
+        **{
+            k: jnp.asarray(panels[k], dtype)
+            for k in ("c", "var_lower", "var_upper", "row_lower", "row_upper")
+        },
+    )
+    return pdlp._Data(**fields)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 @pytest.mark.parametrize("batch", [None, 1, 3, 8, 17, 40, 100])
 @pytest.mark.parametrize("shared", [False, True])
 def test_halpern_steps_match_the_loop_they_fuse(dtype, batch, shared):
+    """The kernel against the solver's own XLA loop (pdlp._halpern_steps with a dense
+    matrix), from the same state, in the solver's layouts: a batch in columns with shared
+    vectors as ``(k, 1)``, and a single LP in 1-D."""
+    from jaxopt_suite.lp import pdlp
+
     with jax.enable_x64(dtype == jnp.float64):
         A, panels, scalars = _halpern_problem(batch or 1, seed=batch or 0, shared=shared)
-        steps = 24
-        expected = _halpern_reference(
-            A.toarray(), *panels.values(), *(v[None, :] for v in scalars.values()), steps
-        )
+        rng = np.random.default_rng(7)
+        omega = rng.uniform(0.3, 3.0, (1, batch or 1))
         if batch is None:  # a single LP: 1-D vectors, 0-D scalars
             panels = {k: v[:, 0] for k, v in panels.items()}
             scalars = {k: v[0] for k, v in scalars.items()}
-            expected = tuple(e[:, 0] for e in expected)
-        op = native.NativeOperator.from_scipy(A, dtype)
-        args = {k: jnp.asarray(v, dtype) for k, v in {**panels, **scalars}.items()}
-        x, y = jax.jit(native.halpern_steps, static_argnames="steps")(op, **args, steps=steps)
-        assert x.shape == expected[0].shape and y.shape == expected[1].shape
-        assert x.dtype == y.dtype == dtype
+            omega = omega[0, 0]
+        eta = 0.9 / np.linalg.norm(A.toarray(), 2)
+        state = [jnp.asarray(panels[k], dtype) for k in ("x", "y", "x_anchor", "y_anchor")]
+        inner = jnp.asarray(np.reshape(scalars["inner"], np.shape(omega)), dtype)
+        omega = jnp.asarray(omega, dtype)
+        steps = jax.jit(pdlp._halpern_steps, static_argnums=7)
+        dense = _solver_data(jnp.asarray(A.toarray(), dtype), panels, eta, dtype)
+        kernel = _solver_data(native.NativeOperator.from_scipy(A, dtype), panels, eta, dtype)
+        expected = steps(dense, *state, omega, inner, 24)
+        got = steps(kernel, *state, omega, inner, 24)
         tol = 1e-11 if dtype == jnp.float64 else 2e-4
-        for got, want in zip((x, y), expected, strict=True):
-            np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
+        for g, e in zip(got, expected, strict=True):
+            assert g.shape == e.shape and g.dtype == e.dtype == dtype
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=tol, atol=tol)
 
 
 def test_halpern_steps_columns_are_independent():
