@@ -185,8 +185,9 @@ def halpern_steps(
     if operator.forward.rows != m or operator.forward.columns not in (None, n):
         raise ValueError(f"the operator's A is not ({m}, {n}) for x {x.shape} and y {y.shape}")
     out = (jax.ShapeDtypeStruct((n, batch), x.dtype), jax.ShapeDtypeStruct((m, batch), x.dtype))
-    # the third output is the kernel's scratch panel (2 x - x before the dual step)
-    call = jax.ffi.ffi_call(STEPS_TARGET, (*out, out[0]), vmap_method="sequential")
+    # the third output is the kernel's scratch: (n + m, B) values
+    scratch = jax.ShapeDtypeStruct((n + m, batch), x.dtype)
+    call = jax.ffi.ffi_call(STEPS_TARGET, (*out, scratch), vmap_method="sequential")
     at, a = operator.backward, operator.forward
     x_new, y_new, _ = call(
         at.indptr,

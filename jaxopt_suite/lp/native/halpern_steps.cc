@@ -12,9 +12,11 @@
 // XLA runs that loop as two sparse products and several elementwise passes per iteration,
 // each a separate step with its own dispatch cost (about a microsecond on CPU), which is
 // most of an iteration's time for a few LPs of a few hundred rows. Here the columns are
-// independent, so each group of columns runs all `steps` iterations while its rows stay
-// in cache: per matrix row, the running sums of the group sit in registers and the
-// elementwise update follows at once.
+// independent, so each group of columns (up to 8 vector registers wide) runs all `steps`
+// iterations while its rows stay in cache: per matrix row, the running sums of the group
+// sit in registers and the elementwise update follows at once. A single LP (B = 1) takes
+// each sparse product into a scratch vector and then updates all rows in a loop the
+// compiler vectorises (row by row it was scalar, slower than XLA's passes for n of 10^4).
 //
 // Vectors shared by the batch (the row bounds, and in some uses the costs and variable
 // bounds) may be given as (k, 1); the per-column scalars tau, sigma and inner as (B,).
@@ -134,13 +136,60 @@ void Columns(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_
   }
 }
 
-// Cuts the columns into groups of 4, 2 and 1 vector registers of 64 bytes, then powers of
-// two below one register.
+// One LP (B = 1): each pass's sparse product first, into `scratch` (n + m values), then its
+// elementwise update in a plain loop over the rows, which the compiler vectorises. Per
+// row, the arithmetic is that of Columns<T, 1, 1> in the same order, so the results are
+// bit-equal to a column's in a batch.
+template <typename T>
+void Single(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_t m,
+            const T* c, const T* lv, const T* uv, const T* lr, const T* ur, const T* x0,
+            const T* y0, T tau, T sigma, T inner, T* x, T* y, T* scratch, int64_t steps) {
+  T* x_bar = scratch;  // holds A^T y, then x_bar, row by row
+  T* ax = scratch + n;
+  const T sigma_inv = T(1) / sigma;
+  for (int64_t k = 0; k < steps; ++k) {
+    const T base = inner + static_cast<T>(k);
+    const T w = (base + T(1)) / (base + T(2));
+    const T rest = T(1) - w;
+    for (int64_t i = 0; i < n; ++i) {
+      T sum = T(0);
+      for (int32_t e = at.indptr[i]; e < at.indptr[i + 1]; ++e) sum += at_data[e] * y[at.indices[e]];
+      x_bar[i] = sum;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const T xi = x[i];
+      T step = xi - tau * (c[i] - x_bar[i]);
+      step = step < lv[i] ? lv[i] : step;
+      step = step > uv[i] ? uv[i] : step;
+      const T bar = T(2) * step - xi;
+      x_bar[i] = bar;
+      x[i] = w * bar + rest * x0[i];
+    }
+    for (int64_t j = 0; j < m; ++j) {
+      T sum = T(0);
+      for (int32_t e = a.indptr[j]; e < a.indptr[j + 1]; ++e) sum += a_data[e] * x_bar[a.indices[e]];
+      ax[j] = sum;
+    }
+    for (int64_t j = 0; j < m; ++j) {
+      const T yj = y[j];
+      const T t = yj * sigma_inv - ax[j];
+      T clipped = t < -ur[j] ? -ur[j] : t;
+      clipped = clipped > -lr[j] ? -lr[j] : clipped;
+      const T y_hat = sigma * (t - clipped);
+      y[j] = w * (T(2) * y_hat - yj) + rest * y0[j];
+    }
+  }
+}
+
+// Cuts the columns into groups of 8, 4, 2 and 1 vector registers of 64 bytes, then powers
+// of two below one register (each group streams the matrix once per pass: wide groups for
+// large matrices).
 template <typename T, typename... Args>
 void AllColumns(int64_t batch, Args... args) {
   constexpr int L = 64 / sizeof(T);
   int64_t b0 = 0;
-  for (; b0 + 4 * L <= batch; b0 += 4 * L) Columns<T, L, 4>(args..., b0);
+  for (; b0 + 8 * L <= batch; b0 += 8 * L) Columns<T, L, 8>(args..., b0);
+  if (b0 + 4 * L <= batch) Columns<T, L, 4>(args..., b0), b0 += 4 * L;
   if (b0 + 2 * L <= batch) Columns<T, L, 2>(args..., b0), b0 += 2 * L;
   if (b0 + L <= batch) Columns<T, L, 1>(args..., b0), b0 += L;
   if (b0 + L / 2 <= batch) Columns<T, L / 2, 1>(args..., b0), b0 += L / 2;
@@ -172,16 +221,25 @@ void Run(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S32> at_indices,
          ffi::AnyBuffer lv, ffi::AnyBuffer uv, ffi::AnyBuffer lr, ffi::AnyBuffer ur,
          ffi::AnyBuffer x_in, ffi::AnyBuffer y_in, ffi::AnyBuffer x0, ffi::AnyBuffer y0,
          ffi::AnyBuffer tau, ffi::AnyBuffer sigma, ffi::AnyBuffer inner, int64_t steps,
-         T* x, T* y, T* x_bar, int64_t n, int64_t m, int64_t batch) {
+         T* x, T* y, T* scratch, int64_t n, int64_t m, int64_t batch) {
   std::memcpy(x, x_in.typed_data<T>(), sizeof(T) * n * batch);
   std::memcpy(y, y_in.typed_data<T>(), sizeof(T) * m * batch);
+  if (batch == 1) {
+    Single<T>(Csr{at_indptr.typed_data(), at_indices.typed_data()}, at_data.typed_data<T>(),
+              Csr{a_indptr.typed_data(), a_indices.typed_data()}, a_data.typed_data<T>(), n, m,
+              c.typed_data<T>(), lv.typed_data<T>(), uv.typed_data<T>(), lr.typed_data<T>(),
+              ur.typed_data<T>(), x0.typed_data<T>(), y0.typed_data<T>(),
+              tau.typed_data<T>()[0], sigma.typed_data<T>()[0], inner.typed_data<T>()[0], x, y,
+              scratch, steps);
+    return;
+  }
   AllColumns<T>(batch, Csr{at_indptr.typed_data(), at_indices.typed_data()},
                 at_data.typed_data<T>(), Csr{a_indptr.typed_data(), a_indices.typed_data()},
                 a_data.typed_data<T>(), n, m, batch, AsPanel<T>(c, batch),
                 AsPanel<T>(lv, batch), AsPanel<T>(uv, batch), AsPanel<T>(lr, batch),
                 AsPanel<T>(ur, batch), x0.typed_data<T>(), y0.typed_data<T>(),
                 tau.typed_data<T>(), sigma.typed_data<T>(), inner.typed_data<T>(), x, y,
-                x_bar, steps);
+                scratch, steps);  // its first n rows: x_bar
 }
 
 ffi::Error HalpernStepsImpl(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S32> at_indices,
@@ -193,7 +251,7 @@ ffi::Error HalpernStepsImpl(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S3
                             ffi::AnyBuffer tau, ffi::AnyBuffer sigma, ffi::AnyBuffer inner,
                             int64_t steps, ffi::Result<ffi::AnyBuffer> x_out,
                             ffi::Result<ffi::AnyBuffer> y_out,
-                            ffi::Result<ffi::AnyBuffer> x_bar) {
+                            ffi::Result<ffi::AnyBuffer> scratch) {
   const auto x_dims = x_in.dimensions();
   const auto y_dims = y_in.dimensions();
   if (x_dims.size() != 2 || y_dims.size() != 2 || x_dims[1] != y_dims[1]) {
@@ -217,6 +275,9 @@ ffi::Error HalpernStepsImpl(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S3
     return ffi::Error::InvalidArgument("halpern_steps: tau, sigma and inner must be (B,)");
   }
   if (steps < 0) return ffi::Error::InvalidArgument("halpern_steps: steps must be >= 0");
+  if (scratch->element_count() != (n + m) * batch) {
+    return ffi::Error::InvalidArgument("halpern_steps: the scratch output must be (n + m, B)");
+  }
   const auto type = x_in.element_type();
   for (const ffi::AnyBuffer* b : {&at_data, &a_data, &c, &lv, &uv, &lr, &ur, &y_in, &x0, &y0,
                                   &tau, &sigma, &inner}) {
@@ -227,11 +288,11 @@ ffi::Error HalpernStepsImpl(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S3
   if (type == ffi::DataType::F64) {
     Run<double>(at_indptr, at_indices, at_data, a_indptr, a_indices, a_data, c, lv, uv, lr, ur,
                 x_in, y_in, x0, y0, tau, sigma, inner, steps, x_out->typed_data<double>(),
-                y_out->typed_data<double>(), x_bar->typed_data<double>(), n, m, batch);
+                y_out->typed_data<double>(), scratch->typed_data<double>(), n, m, batch);
   } else if (type == ffi::DataType::F32) {
     Run<float>(at_indptr, at_indices, at_data, a_indptr, a_indices, a_data, c, lv, uv, lr, ur,
                x_in, y_in, x0, y0, tau, sigma, inner, steps, x_out->typed_data<float>(),
-               y_out->typed_data<float>(), x_bar->typed_data<float>(), n, m, batch);
+               y_out->typed_data<float>(), scratch->typed_data<float>(), n, m, batch);
   } else {
     return ffi::Error::InvalidArgument("halpern_steps: dtype must be float32 or float64");
   }
