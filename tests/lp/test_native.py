@@ -7,7 +7,15 @@ import pytest
 import scipy.sparse as sp
 
 from jaxopt_suite import _native
-from jaxopt_suite.lp import LP, LPOptions, instances, native, solve_lp, solve_lp_batch
+from jaxopt_suite.lp import (
+    LP,
+    LPOptions,
+    Status,
+    instances,
+    native,
+    solve_lp,
+    solve_lp_batch,
+)
 
 pytestmark = pytest.mark.skipif(
     not native.available(), reason=f"native kernel unavailable: {native.unavailable_reason()}"
@@ -239,3 +247,21 @@ def test_halpern_steps_name_a_bad_operand():
         native.halpern_steps(op.T, **args, steps=2)
     with pytest.raises(ValueError, match="steps must be"):
         native.halpern_steps(op, **args, steps=-1)
+
+
+def test_an_lp_without_rows_goes_through_the_kernel():
+    """Bounds only (m = 0): the kernel's dual panel is empty, alone and in a batch."""
+    with jax.enable_x64(True):
+        c = np.array([1.0, -2.0, 0.5, -1.0])
+        lp = LP(c, sp.csr_array((0, 4)), np.zeros(0), np.zeros(0), -np.ones(4), 2 * np.ones(4))
+        expected = float(np.sum(np.where(c > 0, -c, 2 * c)))  # each variable at its best bound
+        options = LPOptions(tolerance=1e-8, matrix="native")
+        one = solve_lp(lp, options)
+        assert one.status.name == "OPTIMAL", one.message
+        assert abs(one.objective - expected) <= 1e-6
+        lower, upper = np.tile(lp.var_lower, (3, 1)), np.tile(lp.var_upper, (3, 1))
+        upper[1] = 1.0
+        batch = solve_lp_batch(lp, lower, upper, options=options)
+        assert np.all(batch.status == Status.OPTIMAL), batch.messages()
+        tighter = float(np.sum(np.where(c > 0, -c, c)))  # instance 1: upper bounds at 1
+        np.testing.assert_allclose(batch.objective, [expected, tighter, expected], atol=1e-6)

@@ -174,7 +174,7 @@ def halpern_steps(
                 f"{name} must be {x.dtype} of shape {' or '.join(map(str, shapes))}, got "
                 f"{value.dtype} {value.shape}"
             )
-        panels[name] = value.reshape(rows, -1)
+        panels[name] = value[:, None] if single else value  # (rows, B) or (rows, 1)
     scalars = []
     for name, value in (("tau", tau), ("sigma", sigma), ("inner", inner)):
         if jnp.size(value) != batch:
