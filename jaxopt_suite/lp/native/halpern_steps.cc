@@ -1,8 +1,9 @@
 // Restarted-Halpern PDHG iterations of PDLP, fused, on the CPU, as an XLA FFI custom call.
 //
-// One call runs `steps` iterations of the loop in jaxopt_suite/lp/pdlp.py (_pdhg and the
-// Halpern average of _frozen_body) on a batch held in columns (row-major (n, B) and
-// (m, B) panels, one LP per column):
+// One call runs `steps` iterations of the loop in jaxopt_suite/lp/pdlp.py (_halpern_steps:
+// the PDHG step _pdhg and the Halpern average) on a batch held in columns (row-major
+// (n, B) and (m, B) panels, one LP per column; y / sigma as y * (1 / sigma), as XLA
+// computes it there):
 //
 //   x^ = clip(x - tau (c - A^T y), lv, uv)        x_bar = 2 x^ - x
 //   t  = y / sigma - A x_bar                      y^ = sigma (t - clip(t, -ur, -lr))
