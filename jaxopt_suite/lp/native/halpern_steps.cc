@@ -76,6 +76,43 @@ struct Csr {
   const int32_t* indices;
 };
 
+// acc[v] = row `row` of the CSR matrix times columns [b0 + v W, b0 + (v + 1) W) of the
+// row-major panel (`batch` columns), for v < N.
+// (always inlined, as Primal and Dual: called, they passed registers through memory)
+#define JAXOPT_INLINE inline __attribute__((always_inline))
+
+template <typename T, int W, int N>
+JAXOPT_INLINE void RowProduct(Csr csr, const T* data, int64_t row, const T* panel, int64_t batch,
+                int64_t b0, typename Lanes<T, W>::V* acc) {
+  for (int v = 0; v < N; ++v) acc[v] = Lanes<T, W>::splat(T(0));
+  for (int32_t e = csr.indptr[row]; e < csr.indptr[row + 1]; ++e) {
+    const T value = data[e];
+    const T* in = panel + static_cast<int64_t>(csr.indices[e]) * batch + b0;
+    for (int v = 0; v < N; ++v) acc[v] += value * Lanes<T, W>::load(in + v * W);
+  }
+}
+
+// The primal update of one row (W lanes): returns x_bar = 2 x^ - x, sets *x_new.
+template <typename T, int W, typename V = typename Lanes<T, W>::V>
+JAXOPT_INLINE V Primal(V xi, V tau, V c, V aty, V lv, V uv, V w, V rest, V x0, V* x_new) {
+  using L = Lanes<T, W>;
+  V step = xi - tau * (c - aty);
+  step = L::high(L::low(step, lv), uv);
+  const V bar = L::splat(T(2)) * step - xi;
+  *x_new = w * bar + rest * x0;
+  return bar;
+}
+
+// The dual update of one row (W lanes): the new y.
+template <typename T, int W, typename V = typename Lanes<T, W>::V>
+JAXOPT_INLINE V Dual(V yj, V sigma, V sigma_inv, V ax, V lr, V ur, V w, V rest, V y0) {
+  using L = Lanes<T, W>;
+  const V t = yj * sigma_inv - ax;  // y / sigma as y * (1 / sigma), as XLA computes it
+  const V clipped = L::high(L::low(t, -ur), -lr);
+  const V y_hat = sigma * (t - clipped);
+  return w * (L::splat(T(2)) * y_hat - yj) + rest * y0;
+}
+
 // All `steps` iterations for columns [b0, b0 + N W): N registers of W lanes each.
 template <typename T, int W, int N>
 void Columns(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_t m,
@@ -89,7 +126,7 @@ void Columns(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_
   for (int v = 0; v < N; ++v) {
     tau_v[v] = L::load(tau + b0 + v * W);
     sigma_v[v] = L::load(sigma + b0 + v * W);
-    sigma_inv[v] = one / sigma_v[v];  // y / sigma as y * (1 / sigma), as XLA computes it
+    sigma_inv[v] = one / sigma_v[v];
     inner_v[v] = L::load(inner + b0 + v * W);
   }
   for (int64_t k = 0; k < steps; ++k) {
@@ -100,38 +137,25 @@ void Columns(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_
     }
     for (int64_t i = 0; i < n; ++i) {  // primal: row i of A^T
       V aty[N];
-      for (int v = 0; v < N; ++v) aty[v] = L::splat(T(0));
-      for (int32_t e = at.indptr[i]; e < at.indptr[i + 1]; ++e) {
-        const T value = at_data[e];
-        const T* in = y + static_cast<int64_t>(at.indices[e]) * batch + b0;
-        for (int v = 0; v < N; ++v) aty[v] += value * L::load(in + v * W);
-      }
+      RowProduct<T, W, N>(at, at_data, i, y, batch, b0, aty);
       for (int v = 0; v < N; ++v) {
         const int64_t col = b0 + v * W, at_row = i * batch + col;
-        const V xi = L::load(x + at_row);
-        V step = xi - tau_v[v] * (Get<T, W>(c, i, col) - aty[v]);
-        step = L::high(L::low(step, Get<T, W>(lv, i, col)), Get<T, W>(uv, i, col));
-        const V bar = two * step - xi;
+        V x_new;
+        const V bar = Primal<T, W>(L::load(x + at_row), tau_v[v], Get<T, W>(c, i, col), aty[v],
+                                   Get<T, W>(lv, i, col), Get<T, W>(uv, i, col), w[v], rest[v],
+                                   L::load(x0 + at_row), &x_new);
         L::store(x_bar + at_row, bar);
-        L::store(x + at_row, w[v] * bar + rest[v] * L::load(x0 + at_row));
+        L::store(x + at_row, x_new);
       }
     }
     for (int64_t j = 0; j < m; ++j) {  // dual: row j of A
       V ax[N];
-      for (int v = 0; v < N; ++v) ax[v] = L::splat(T(0));
-      for (int32_t e = a.indptr[j]; e < a.indptr[j + 1]; ++e) {
-        const T value = a_data[e];
-        const T* in = x_bar + static_cast<int64_t>(a.indices[e]) * batch + b0;
-        for (int v = 0; v < N; ++v) ax[v] += value * L::load(in + v * W);
-      }
+      RowProduct<T, W, N>(a, a_data, j, x_bar, batch, b0, ax);
       for (int v = 0; v < N; ++v) {
         const int64_t col = b0 + v * W, a_row = j * batch + col;
-        const V yj = L::load(y + a_row);
-        const V t = yj * sigma_inv[v] - ax[v];
-        const V clipped =
-            L::high(L::low(t, -Get<T, W>(ur, j, col)), -Get<T, W>(lr, j, col));
-        const V y_hat = sigma_v[v] * (t - clipped);
-        L::store(y + a_row, w[v] * (two * y_hat - yj) + rest[v] * L::load(y0 + a_row));
+        L::store(y + a_row, Dual<T, W>(L::load(y + a_row), sigma_v[v], sigma_inv[v], ax[v],
+                                       Get<T, W>(lr, j, col), Get<T, W>(ur, j, col), w[v],
+                                       rest[v], L::load(y0 + a_row)));
       }
     }
   }
@@ -152,32 +176,13 @@ void Single(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_t
     const T base = inner + static_cast<T>(k);
     const T w = (base + T(1)) / (base + T(2));
     const T rest = T(1) - w;
+    for (int64_t i = 0; i < n; ++i) RowProduct<T, 1, 1>(at, at_data, i, y, 1, 0, x_bar + i);
     for (int64_t i = 0; i < n; ++i) {
-      T sum = T(0);
-      for (int32_t e = at.indptr[i]; e < at.indptr[i + 1]; ++e) sum += at_data[e] * y[at.indices[e]];
-      x_bar[i] = sum;
+      x_bar[i] = Primal<T, 1>(x[i], tau, c[i], x_bar[i], lv[i], uv[i], w, rest, x0[i], x + i);
     }
-    for (int64_t i = 0; i < n; ++i) {
-      const T xi = x[i];
-      T step = xi - tau * (c[i] - x_bar[i]);
-      step = step < lv[i] ? lv[i] : step;
-      step = step > uv[i] ? uv[i] : step;
-      const T bar = T(2) * step - xi;
-      x_bar[i] = bar;
-      x[i] = w * bar + rest * x0[i];
-    }
+    for (int64_t j = 0; j < m; ++j) RowProduct<T, 1, 1>(a, a_data, j, x_bar, 1, 0, ax + j);
     for (int64_t j = 0; j < m; ++j) {
-      T sum = T(0);
-      for (int32_t e = a.indptr[j]; e < a.indptr[j + 1]; ++e) sum += a_data[e] * x_bar[a.indices[e]];
-      ax[j] = sum;
-    }
-    for (int64_t j = 0; j < m; ++j) {
-      const T yj = y[j];
-      const T t = yj * sigma_inv - ax[j];
-      T clipped = t < -ur[j] ? -ur[j] : t;
-      clipped = clipped > -lr[j] ? -lr[j] : clipped;
-      const T y_hat = sigma * (t - clipped);
-      y[j] = w * (T(2) * y_hat - yj) + rest * y0[j];
+      y[j] = Dual<T, 1>(y[j], sigma, sigma_inv, ax[j], lr[j], ur[j], w, rest, y0[j]);
     }
   }
 }
