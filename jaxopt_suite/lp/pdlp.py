@@ -1058,7 +1058,7 @@ class LPBatch(NamedTuple):
 
 def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0):
     """The per-instance data fields and the fresh state of instances given as host rows
-    ``(k, n)``, moved to the device in columns ``(n, k)`` in one transfer."""
+    ``(k, n)``, moved to the device in columns ``(n, k)`` (two transfers, see below)."""
     s_b, s_c = scaling.bound, scaling.objective
     dtype = base.c.dtype
     # the solver's reading of the bounds, as _solver_view's of the LP's; the batch keeps the

@@ -291,14 +291,17 @@ ffi::Error HalpernStepsImpl(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S3
       return ffi::Error::InvalidArgument("halpern_steps: every float operand must share a dtype");
     }
   }
+  // the same call for either dtype, T taken from the argument's type
+  const auto run = [&](auto zero) {
+    using T = decltype(zero);
+    Run<T>(at_indptr, at_indices, at_data, a_indptr, a_indices, a_data, c, lv, uv, lr, ur, x_in,
+           y_in, x0, y0, tau, sigma, inner, steps, x_out->typed_data<T>(),
+           y_out->typed_data<T>(), scratch->typed_data<T>(), n, m, batch);
+  };
   if (type == ffi::DataType::F64) {
-    Run<double>(at_indptr, at_indices, at_data, a_indptr, a_indices, a_data, c, lv, uv, lr, ur,
-                x_in, y_in, x0, y0, tau, sigma, inner, steps, x_out->typed_data<double>(),
-                y_out->typed_data<double>(), scratch->typed_data<double>(), n, m, batch);
+    run(0.0);
   } else if (type == ffi::DataType::F32) {
-    Run<float>(at_indptr, at_indices, at_data, a_indptr, a_indices, a_data, c, lv, uv, lr, ur,
-               x_in, y_in, x0, y0, tau, sigma, inner, steps, x_out->typed_data<float>(),
-               y_out->typed_data<float>(), scratch->typed_data<float>(), n, m, batch);
+    run(0.0f);
   } else {
     return ffi::Error::InvalidArgument("halpern_steps: dtype must be float32 or float64");
   }
