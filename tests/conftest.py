@@ -33,12 +33,24 @@ def key():
 
 
 @pytest.fixture
-def light_llvm_environment():
+def child_environment():
+    """``environment(flags="")``: this process's environment for a child process whose
+    XLA_FLAGS are ``flags`` followed by the caller's own, without the suite's test flags
+    (``flags=""``: XLA's defaults, as users compile)."""
+
+    def environment(flags: str = "") -> dict[str, str]:
+        return {**os.environ, "XLA_FLAGS": f"{flags} {CALLER_XLA_FLAGS}".strip()}
+
+    return environment
+
+
+@pytest.fixture
+def light_llvm_environment(child_environment):
     """The environment for a child process that compiles with the light LLVM pipeline
-    alone (MLIR fusion emitters on), as the suite did before it turned them off, and with
-    the caller's own XLA_FLAGS after. For the one test whose outcome followed the float
-    rounding of a 100-iteration training run (tests/test_examples.py says which)."""
-    return {**os.environ, "XLA_FLAGS": f"{LIGHT_LLVM_FLAGS} {CALLER_XLA_FLAGS}".strip()}
+    alone (MLIR fusion emitters on), as the suite did before it turned them off. For the
+    one test whose outcome followed the float rounding of a 100-iteration training run
+    (tests/test_examples.py says which)."""
+    return child_environment(LIGHT_LLVM_FLAGS)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -1,5 +1,8 @@
 """The jax in use computes the reduce-then-broadcast pattern of batched estimates correctly."""
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,3 +20,26 @@ def test_reduce_then_broadcast_is_compiled_correctly():
     u = np.asarray(directions, np.float64)
     reference = (np.asarray(weights, np.float64) * u**2).sum(1, keepdims=True) * u
     np.testing.assert_allclose(np.asarray(fused), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_reduce_then_broadcast_is_compiled_correctly_as_users_compile(child_environment):
+    # the test above compiles with the suite's flags (tests/conftest.py), which turn XLA's
+    # fusion emitters off; users' programs compile with XLA's defaults, under which the
+    # defect was found, so the same check runs once more in a process of its own under those
+    code = "\n".join(
+        [
+            "import jaxopt_suite, jax, jax.numpy as jnp, numpy as np",
+            "weights = jnp.linspace(0.5, 1.5, 6)",
+            "directions = jax.random.normal(jax.random.key(0), (20_000, 6))",
+            "fused = jax.jit(lambda u: jnp.sum(weights[None, :] * u**2, axis=1, keepdims=True)"
+            " * u)(directions)",
+            "u = np.asarray(directions, np.float64)",
+            "reference = (np.asarray(weights, np.float64) * u**2).sum(1, keepdims=True) * u",
+            "np.testing.assert_allclose(np.asarray(fused), reference, rtol=1e-4, atol=1e-4)",
+        ]
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=child_environment(), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
