@@ -214,6 +214,24 @@ def test_halpern_steps_columns_are_independent():
                 np.testing.assert_array_equal(np.asarray(got), np.asarray(want)[:, b])
 
 
+@pytest.mark.parametrize("batch", [None, 1, 9])
+def test_halpern_steps_scratch_holds_what_the_kernel_uses(batch):
+    """The kernel's scratch output is x_bar alone for a batch, ``(n, B)``, and the two
+    sparse products of one LP, ``(n + m, 1)``: nothing allocated that it never touches."""
+    A, panels, scalars = _halpern_problem(batch or 1, seed=3, shared=True)
+    if batch is None:
+        panels = {k: v[:, 0] for k, v in panels.items()}
+        scalars = {k: v[0] for k, v in scalars.items()}
+    op = native.NativeOperator.from_scipy(A, jnp.float32)
+    args = {k: jnp.asarray(v, jnp.float32) for k, v in {**panels, **scalars}.items()}
+    jaxpr = jax.make_jaxpr(lambda a: native.halpern_steps(op, **a, steps=2))(args)
+    (call,) = [e for e in jaxpr.eqns if e.primitive.name == "ffi_call"]
+    shapes = [v.aval.shape for v in call.outvars]
+    assert shapes[2] == ((53, batch) if batch and batch > 1 else (53 + 37, 1))
+    x, y = jax.jit(native.halpern_steps, static_argnames="steps")(op, **args, steps=2)
+    assert np.isfinite(np.asarray(x)).all() and np.isfinite(np.asarray(y)).all()
+
+
 def test_halpern_steps_keep_a_nan():
     """A NaN iterate stays NaN through the bounds' clip (the solver's NUMERICAL_ERROR
     depends on it), in every column group the kernel uses."""

@@ -185,8 +185,9 @@ def halpern_steps(
     if operator.forward.rows != m or operator.forward.columns not in (None, n):
         raise ValueError(f"the operator's A is not ({m}, {n}) for x {x.shape} and y {y.shape}")
     out = (jax.ShapeDtypeStruct((n, batch), x.dtype), jax.ShapeDtypeStruct((m, batch), x.dtype))
-    # the third output is the kernel's scratch: (n + m, B) values
-    scratch = jax.ShapeDtypeStruct((n + m, batch), x.dtype)
+    # the third output is the kernel's scratch: x_bar for a batch, (n, B); one LP also keeps
+    # its two sparse products there, (n + m, 1)
+    scratch = jax.ShapeDtypeStruct((n + m, 1) if batch == 1 else (n, batch), x.dtype)
     call = jax.ffi.ffi_call(STEPS_TARGET, (*out, scratch), vmap_method="sequential")
     at, a = operator.backward, operator.forward
     x_new, y_new, _ = call(

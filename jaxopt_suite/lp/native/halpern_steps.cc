@@ -245,7 +245,7 @@ void Run(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S32> at_indices,
                 AsPanel<T>(lv, batch), AsPanel<T>(uv, batch), AsPanel<T>(lr, batch),
                 AsPanel<T>(ur, batch), x0.typed_data<T>(), y0.typed_data<T>(),
                 tau.typed_data<T>(), sigma.typed_data<T>(), inner.typed_data<T>(), x, y,
-                scratch, steps);  // its first n rows: x_bar
+                scratch, steps);  // (n, B): x_bar
 }
 
 ffi::Error HalpernStepsImpl(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S32> at_indices,
@@ -281,8 +281,10 @@ ffi::Error HalpernStepsImpl(ffi::Buffer<ffi::S32> at_indptr, ffi::Buffer<ffi::S3
     return ffi::Error::InvalidArgument("halpern_steps: tau, sigma and inner must be (B,)");
   }
   if (steps < 0) return ffi::Error::InvalidArgument("halpern_steps: steps must be >= 0");
-  if (scratch->element_count() != (n + m) * batch) {
-    return ffi::Error::InvalidArgument("halpern_steps: the scratch output must be (n + m, B)");
+  // a batch keeps x_bar, (n, B); one LP also A^T y and A x_bar, n + m values
+  if (scratch->element_count() != (batch == 1 ? n + m : n * batch)) {
+    return ffi::Error::InvalidArgument(
+        "halpern_steps: the scratch output must be (n + m, 1) for one LP, (n, B) for B > 1");
   }
   const auto type = x_in.element_type();
   for (const ffi::AnyBuffer* b : {&at_data, &a_data, &c, &lv, &uv, &lr, &ur, &y_in, &x0, &y0,
