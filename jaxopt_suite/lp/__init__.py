@@ -2,6 +2,7 @@
 preconditioning, and ``solve_lp`` (restarted Halpern PDHG) with a safe dual bound."""
 
 from jaxopt_suite.lp import instances
+from jaxopt_suite.lp.bounds import implied_bounds
 from jaxopt_suite.lp.mps import MPSError, read_mps, write_mps
 from jaxopt_suite.lp.pdlp import (
     PARKED,
@@ -42,6 +43,7 @@ __all__ = [
     "Scaling",
     "Status",
     "dual_bound",
+    "implied_bounds",
     "instances",
     "precondition",
     "read_mps",

@@ -20,7 +20,9 @@ moves raises ``omega``, where PDLP's rule (no update unless both moved) left it 
 the dual of ``min x s.t. 1 <= x <= 1e6`` crawled to the iteration limit.
 
 Every solution carries a safe dual bound: the Lagrangian value of its dual iterate,
-computed in float64 on the host, valid however early the solve stopped.
+computed in float64 on the host, valid however early the solve stopped. A reduced cost
+that meets an infinite variable bound is taken at the bound the rows imply
+(:mod:`.bounds`), so free columns that the rows confine leave it finite.
 
 As in HiGHS and in MPS files, the solver reads a lower side (of a row or a variable) at or
 below ``-1e20`` as ``-inf`` and an upper side at or above ``1e20`` as ``+inf``
@@ -50,6 +52,7 @@ from jax.experimental import sparse as jsparse
 
 from jaxopt_suite._checks import check_flag, check_integer, check_number
 from jaxopt_suite.lp import native
+from jaxopt_suite.lp.bounds import implied_bounds, root_implied_bounds
 from jaxopt_suite.lp.operator import EllOperator, SharedOperator
 from jaxopt_suite.lp.precondition import Scaling, bound_objective_scales, equilibrate
 from jaxopt_suite.lp.problem import LP
@@ -121,8 +124,10 @@ class LPOptions(NamedTuple):
 class LPSolution(NamedTuple):
     """Everything in the LP's minimisation form (see ``LP.objective_sign``).
 
-    ``dual_bound`` is a valid lower bound on the optimum whatever the status (``-inf``
-    when the dual iterate puts weight on an infinite bound)."""
+    ``dual_bound`` is a valid lower bound on the optimum whatever the status: where a
+    reduced cost meets an infinite variable bound, the bound the rows imply stands in
+    (:func:`~jaxopt_suite.lp.bounds.implied_bounds`); ``-inf`` when no row confines such a
+    column or the dual iterate puts weight on an infinite row side."""
 
     x: np.ndarray
     y: np.ndarray
@@ -970,10 +975,49 @@ def _dual_bounds(lp: LP, costs, lower, upper, y) -> tuple[np.ndarray, np.ndarray
     lam = costs - (lp.A.T @ y.T).T
     with np.errstate(invalid="ignore", over="ignore"):
         rows = np.where(y > 0, y * lp.row_lower, np.where(y < 0, y * lp.row_upper, 0.0))
-        cols = np.where(lam > 0, lam * lower, np.where(lam < 0, lam * upper, 0.0))
-        bounds = rows.sum(axis=1) + cols.sum(axis=1) + lp.objective_offset
-    finite = np.all(np.isfinite(y), axis=1) & np.all(np.isfinite(lam), axis=1)
+        rows = rows.sum(axis=1) + lp.objective_offset
+        cols = _column_terms(lam, lower, upper)
+        finite = np.all(np.isfinite(y), axis=1) & np.all(np.isfinite(lam), axis=1)
+        # a column whose bound is infinite (or beyond INFINITE_BOUND) on the side its
+        # reduced cost needs takes the bound its rows imply where that is tighter
+        # (bounds.implied_bounds: every feasible point obeys it)
+        redo = np.flatnonzero(finite & _open_columns(lam, lower, upper).any(axis=1))
+        if redo.size:
+            lo, hi = lower[redo], upper[redo]
+            implied_lower, implied_upper = _implied(lp, lo, hi)
+            cols[redo] = _column_terms(
+                lam[redo],
+                np.where(lo <= -INFINITE_BOUND, np.maximum(lo, implied_lower), lo),
+                np.where(hi >= INFINITE_BOUND, np.minimum(hi, implied_upper), hi),
+            )
+        bounds = rows + cols
     return np.where(finite & (bounds < np.inf), bounds, -np.inf), lam
+
+
+def _column_terms(lam, lower, upper):
+    """``sum_j min(lam_j x_j)`` over each instance's box (``-inf`` where it is open)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(lam > 0, lam * lower, np.where(lam < 0, lam * upper, 0.0)).sum(axis=1)
+
+
+def _open_columns(lam, lower, upper):
+    """Columns whose bound on the side the reduced cost needs is infinite or beyond
+    :data:`INFINITE_BOUND`, ``(B, n)``."""
+    return ((lam > 0) & (lower <= -INFINITE_BOUND)) | ((lam < 0) & (upper >= INFINITE_BOUND))
+
+
+def _implied(lp: LP, lower, upper):
+    """Row-implied bounds for the instances ``(lower, upper)`` ``(k, n)``: the LP's own,
+    computed once, for instances inside its box; their own for the rest."""
+    inside = np.all(lower >= lp.var_lower, axis=1) & np.all(upper <= lp.var_upper, axis=1)
+    root_lower, root_upper = root_implied_bounds(lp)
+    implied_lower = np.broadcast_to(root_lower, lower.shape).copy()
+    implied_upper = np.broadcast_to(root_upper, upper.shape).copy()
+    if not inside.all():
+        implied_lower[~inside], implied_upper[~inside] = implied_bounds(
+            lp, lower[~inside], upper[~inside]
+        )
+    return implied_lower, implied_upper
 
 
 def _first_entry(mask: np.ndarray) -> tuple[int, int] | None:

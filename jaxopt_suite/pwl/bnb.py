@@ -70,6 +70,7 @@ from jaxopt_suite.lp import (
     batch_start,
     solve_lp,
 )
+from jaxopt_suite.lp.bounds import root_implied_bounds
 from jaxopt_suite.lp.repair import repair_rows
 from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
 
@@ -1162,14 +1163,16 @@ class _Solver:
             )
         elif status == MIPStatus.OPTIMAL and bound == -math.inf and math.isfinite(inc):
             # not the LPs' precision: a safe bound is -inf where a reduced cost of the wrong
-            # sign meets an infinite variable bound
+            # sign meets an infinite variable bound that no row confines on its own
             lp = self.lp
-            free = np.flatnonzero(np.isinf(lp.var_lower) | np.isinf(lp.var_upper))
+            lower, upper = root_implied_bounds(lp)
+            free = np.flatnonzero(np.isinf(lower) | np.isinf(upper))
             names = ", ".join(lp.col_label(j) for j in free[:3])
             more = f" and {free.size - 3} more" if free.size > 3 else ""
             message = (
                 "search complete, but with no finite bound (gap inf): the safe dual bounds meet "
-                f"infinite variable bounds ({names}{more}); give every variable finite bounds"
+                f"infinite variable bounds that no row confines on its own ({names}{more}); "
+                "give these variables finite bounds"
                 if free.size
                 else "search complete, but with no finite bound (gap inf)"
             )

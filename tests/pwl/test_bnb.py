@@ -376,8 +376,34 @@ def test_a_full_node_store_says_so():
 
 @pytest.mark.parametrize("sense", ["min", "max"])
 def test_a_complete_search_without_a_finite_bound_names_the_infinite_bounds(sense):
-    # the free w makes every safe bound infinite; the message blamed the polishing LPs'
-    # tolerance ("a leaf's polished bound fell short of the gap")
+    # the free w and v make every safe bound infinite: only the two rows together confine
+    # them (w >= x - 5 + |v|), and each row holds both, so neither row alone bounds either
+    # (the implied bounds stay infinite). The message blamed the polishing LPs' tolerance
+    # ("a leaf's polished bound fell short of the gap")
+    m = PWLModel()
+    x, y = m.add_variable(0.0, 10.0, name="x"), m.add_variable(0.0, 10.0, name="y")
+    w = m.add_variable(-math.inf, math.inf, name="w")
+    v = m.add_variable(-math.inf, math.inf, name="v")
+    cost_x = m.add_pwl(x, [0, 4, 10], [0, 8, 9])
+    cost_y = m.add_pwl(y, [0, 5, 10], [0, 3, 10])
+    m.add_constraint({w: 1.0, v: 1.0, x: -1.0}, lower=-5.0)
+    m.add_constraint({w: 1.0, v: -1.0, x: -1.0}, lower=-5.0)
+    m.add_constraint({x: 1.0, y: 1.0}, lower=8.0)
+    sign = 1.0 if sense == "min" else -1.0
+    (m.minimize if sense == "min" else m.maximize)({w: sign, cost_x: sign, cost_y: sign})
+    sol = solve_pwl(m, PWLOptions(batch_size=16))
+    assert sol.status == MIPStatus.OPTIMAL
+    assert sol.objective == pytest.approx(sign * 2.2, abs=1e-5)  # w = x - 5, x = 0, y = 8
+    assert sol.bound == -sign * math.inf and sol.gap == math.inf
+    assert "no finite bound" in sol.message and "no row confines" in sol.message
+    assert "column 'w'" in sol.message and "column 'v'" in sol.message
+    assert "polish" not in sol.message
+
+
+@pytest.mark.parametrize("sense", ["min", "max"])
+def test_a_free_variable_that_one_row_confines_keeps_the_bound_finite(sense):
+    # w >= x - 5 alone bounds the free w (its implied bound, -5): the search proves the
+    # optimum with a finite bound, where every safe bound was -inf before
     m = PWLModel()
     x, y = m.add_variable(0.0, 10.0, name="x"), m.add_variable(0.0, 10.0, name="y")
     w = m.add_variable(-math.inf, math.inf, name="w")
@@ -388,11 +414,10 @@ def test_a_complete_search_without_a_finite_bound_names_the_infinite_bounds(sens
     sign = 1.0 if sense == "min" else -1.0
     (m.minimize if sense == "min" else m.maximize)({w: sign, cost_x: sign, cost_y: sign})
     sol = solve_pwl(m, PWLOptions(batch_size=16))
-    assert sol.status == MIPStatus.OPTIMAL
-    assert sol.objective == pytest.approx(sign * 2.2, abs=1e-5)  # w = x - 5, x = 8, y = 0
-    assert sol.bound == -sign * math.inf and sol.gap == math.inf
-    assert "no finite bound" in sol.message and "column 'w'" in sol.message
-    assert "polish" not in sol.message
+    assert sol.status == MIPStatus.OPTIMAL, sol.message
+    assert sol.objective == pytest.approx(sign * 2.2, abs=1e-5)
+    assert math.isfinite(sol.bound) and sol.gap <= PWLOptions().relative_gap
+    assert sign * sol.bound <= sign * sol.objective + 1e-9
 
 
 def test_leaf_lps_stopped_before_their_tolerance_leave_the_search_incomplete():

@@ -1,0 +1,158 @@
+"""Row-implied variable bounds, and the safe dual bound of LPs with free columns."""
+
+import jax
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+from jaxopt_suite.lp import LP, LPOptions, Status, dual_bound, solve_lp, solve_lp_batch
+from jaxopt_suite.lp.bounds import implied_bounds
+
+
+def _linprog(lp, c):
+    eq = lp.row_lower == lp.row_upper
+    up = np.isfinite(lp.row_upper) & ~eq
+    dn = np.isfinite(lp.row_lower) & ~eq
+    return linprog(
+        c,
+        A_ub=sp.vstack([lp.A[up], -lp.A[dn]]),
+        b_ub=np.concatenate([lp.row_upper[up], -lp.row_lower[dn]]),
+        A_eq=lp.A[eq],
+        b_eq=lp.row_lower[eq],
+        bounds=list(zip(lp.var_lower, lp.var_upper, strict=True)),
+        method="highs",
+    )
+
+
+def _lp_with_free_columns(seed, m=8, n=12, free=4):
+    """Rows of every type around ``A x_f`` for an interior ``x_f``; the first ``free``
+    columns free, each also in an equality row with bounded columns (so its rows confine
+    it), the rest in ``[0, 3]``."""
+    rng = np.random.default_rng(seed)
+    A = sp.random(m, n, density=0.4, random_state=seed, format="lil")
+    for j in range(free):  # x_j = sum of two bounded columns, in a row of its own
+        A[j, :] = 0.0
+        A[j, j] = 1.0
+        A[j, free + 2 * j % (n - free)] = -rng.uniform(0.5, 2.0)
+        A[j, free + (2 * j + 1) % (n - free)] = -rng.uniform(0.5, 2.0)
+    A = sp.csr_array(A)
+    x_f = rng.uniform(0.5, 2.5, n)
+    ax = A @ x_f
+    kinds = rng.integers(0, 4, m)
+    kinds[:free] = 0
+    width = rng.uniform(0.1, 1.0, m)
+    lo = np.where(kinds == 1, -np.inf, np.where(kinds == 0, ax, ax - width))
+    hi = np.where(kinds == 2, np.inf, np.where(kinds == 0, ax, ax + width))
+    lower = np.r_[np.full(free, -np.inf), np.zeros(n - free)]
+    upper = np.r_[np.full(free, np.inf), np.full(n - free, 3.0)]
+    return LP(rng.normal(size=n), A, lo, hi, lower, upper)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_implied_bounds_contain_the_feasible_set(seed):
+    """Each column's implied range holds its true range over the feasible set (its min and
+    max by HiGHS), and the free columns' come out finite."""
+    lp = _lp_with_free_columns(seed)
+    lower, upper = implied_bounds(lp)
+    assert np.all(np.isfinite(lower[:4])) and np.all(np.isfinite(upper[:4]))
+    for j in range(lp.num_cols):
+        e = np.zeros(lp.num_cols)
+        e[j] = 1.0
+        low, high = _linprog(lp, e), _linprog(lp, -e)
+        assert low.status == high.status == 0
+        assert lower[j] <= low.fun + 1e-7 * (1 + abs(low.fun))
+        assert upper[j] >= -high.fun - 1e-7 * (1 + abs(high.fun))
+    # never looser than the given bounds
+    assert np.all(lower >= lp.var_lower) and np.all(upper <= lp.var_upper)
+
+
+def test_a_chain_of_rows_takes_a_round_per_link():
+    # x0 = x1 + x3, x1 = x2, x2 = x4, with x3, x4 in [0, 1]: x2 is bounded in the first
+    # round, x1 in the second, x0 in the third
+    A = np.array(
+        [[1.0, -1.0, 0.0, -1.0, 0.0], [0.0, 1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, -1.0]]
+    )
+    free = np.full(3, np.inf)
+    lp = LP(np.zeros(5), A, np.zeros(3), np.zeros(3), np.r_[-free, 0, 0], np.r_[free, 1, 1])
+    for rounds, finite in ((1, 1), (2, 2), (3, 3)):
+        lower, upper = implied_bounds(lp, max_rounds=rounds)
+        assert np.isfinite(lower[:3]).sum() == finite == np.isfinite(upper[:3]).sum()
+    lower, upper = implied_bounds(lp)
+    np.testing.assert_allclose(lower, [0, 0, 0, 0, 0], atol=1e-8)
+    np.testing.assert_allclose(upper, [2, 1, 1, 1, 1], atol=1e-8)
+    # rows that give no bound: a free column in a one-sided row with another free column
+    lp = LP(np.zeros(2), np.array([[1.0, 1.0]]), [0.0], [np.inf], [-np.inf] * 2, [np.inf] * 2)
+    lower, upper = implied_bounds(lp)
+    assert np.all(lower == -np.inf) and np.all(upper == np.inf)
+
+
+def test_a_free_column_no_longer_makes_the_bound_minus_infinity():
+    # min x0 with x0 = x1 + x2, x1, x2 in [0, 1]: optimum 0. y = 0.9 leaves reduced cost
+    # 0.1 on the free x0, which made the bound -inf; its rows bound it below by 0
+    lp = LP([1.0, 0.0, 0.0], np.array([[1.0, -1.0, -1.0]]), [0.0], [0.0],
+            [-np.inf, 0.0, 0.0], [np.inf, 1.0, 1.0])  # fmt: skip
+    bound, lam = dual_bound(lp, np.array([0.9]))
+    np.testing.assert_allclose(lam, [0.1, 0.9, 0.9])
+    assert bound == 0.0
+    # a bound beyond the solver's infinity (1e20) is read the same way, not as 1e30 x 0.1
+    wide = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, [-1e30, 0.0, 0.0], lp.var_upper)
+    assert dual_bound(wide, np.array([0.9]))[0] == 0.0
+    # where no row confines the column the bound stays -inf (x0 + x1 >= 0, both free)
+    loose = LP([1.0, 0.0], np.array([[1.0, 1.0]]), [0.0], [np.inf], [-np.inf] * 2, [np.inf] * 2)
+    assert dual_bound(loose, np.array([0.5]))[0] == -np.inf
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_solutions_with_free_columns_carry_a_finite_safe_bound(seed):
+    lp = _lp_with_free_columns(seed)
+    optimum = _linprog(lp, lp.c).fun
+    early = solve_lp(lp, LPOptions(max_iterations=64))
+    assert np.isfinite(early.dual_bound)
+    assert early.dual_bound <= optimum + 1e-9 * (1 + abs(optimum))
+    with jax.enable_x64(True):
+        done = solve_lp(lp, LPOptions(tolerance=1e-8))
+    assert done.status == Status.OPTIMAL, done.message
+    assert optimum - 1e-5 * (1 + abs(optimum)) <= done.dual_bound
+    assert done.dual_bound <= optimum + 1e-9 * (1 + abs(optimum))
+
+
+def test_batched_bounds_of_free_columns_inside_and_outside_the_lps_box():
+    """An instance inside the LP's box uses the LP's implied bounds; one with a wider box
+    (here the bounded columns widened to [0, 30]) its own: both bounds stay below each
+    instance's optimum, and equal the single-LP bound of the same y."""
+    lp = _lp_with_free_columns(4)
+    lower = np.tile(lp.var_lower, (2, 1))
+    upper = np.tile(lp.var_upper, (2, 1))
+    upper[0, 4:] = 2.6  # inside (every interior point x_f lies in [0.5, 2.5])
+    upper[1, 4:] = 30.0  # outside
+    result = solve_lp_batch(lp, lower, upper, options=LPOptions(max_iterations=64))
+    for b in range(2):
+        instance = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower[b], upper[b])
+        optimum = _linprog(instance, lp.c).fun
+        assert np.isfinite(result.dual_bound[b])
+        assert result.dual_bound[b] <= optimum + 1e-9 * (1 + abs(optimum))
+        single = dual_bound(instance, result.y[b])[0]
+        if b == 1:  # its own box: the single LP's bound exactly
+            assert result.dual_bound[b] == single
+        else:  # the LP's looser implied bounds: at most the instance's own
+            assert result.dual_bound[b] <= single
+
+
+def test_bad_input_is_named():
+    lp = LP([1.0, 0.0], np.array([[1.0, -1.0]]), [0.0], [0.0], [-np.inf, 0.0], [np.inf, 1.0])
+    with pytest.raises(TypeError, match="lp must be an LP"):
+        implied_bounds("lp")
+    with pytest.raises(ValueError, match=r"shape \(2,\) or \(B, 2\)"):
+        implied_bounds(lp, np.zeros(3), np.ones(3))
+    with pytest.raises(ValueError, match="must not contain NaN"):
+        implied_bounds(lp, [np.nan, 0.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="max_rounds"):
+        implied_bounds(lp, max_rounds=-1)
+    # a batch keeps its shape; zero rounds changes nothing
+    lower, upper = implied_bounds(lp, np.tile(lp.var_lower, (3, 1)), np.tile(lp.var_upper, (3, 1)))
+    assert lower.shape == upper.shape == (3, 2)
+    np.testing.assert_array_equal(implied_bounds(lp, max_rounds=0)[0], lp.var_lower)
