@@ -52,9 +52,12 @@ def implied_bounds(
         )
     if np.isnan(lower).any() or np.isnan(upper).any():
         raise ValueError("var_lower and var_upper must not contain NaN")
-    coo = lp.A.tocoo()
-    keep = coo.data != 0
-    row, col, a = coo.row[keep], coo.col[keep], coo.data[keep]
+    csc = lp.A.tocsc()  # nonzeros in column order, so each column's are one run
+    csc.sort_indices()
+    keep = csc.data != 0
+    col = np.repeat(np.arange(n), np.diff(csc.indptr))[keep]
+    row, a = csc.indices[keep], csc.data[keep]
+    present, starts = np.unique(col, return_index=True)  # each column's first nonzero
     m = lp.num_rows
     # sums over the nonzeros of each row, for a (B, nnz) array
     to_rows = sp.csr_array((np.ones(a.size), (np.arange(a.size), row)), shape=(a.size, m))
@@ -88,11 +91,12 @@ def implied_bounds(
                 floors = usable & (positive != toward_upper)
                 cap = np.where(caps, value + margin, np.inf)
                 floor = np.where(floors, value - margin, -np.inf)
-            batch = np.arange(lower.shape[0])[:, None]
-            np.minimum.at(new_upper, (batch, col[None, :]), np.where(np.isnan(cap), np.inf, cap))
-            np.maximum.at(
-                new_lower, (batch, col[None, :]), np.where(np.isnan(floor), -np.inf, floor)
-            )
+            if present.size:  # each column's tightest cap and floor over its rows
+                cap = np.minimum.reduceat(np.where(np.isnan(cap), np.inf, cap), starts, axis=1)
+                floor = np.where(np.isnan(floor), -np.inf, floor)
+                floor = np.maximum.reduceat(floor, starts, axis=1)
+                new_upper[:, present] = np.minimum(new_upper[:, present], cap)
+                new_lower[:, present] = np.maximum(new_lower[:, present], floor)
         tol = MARGIN * (1.0 + np.abs(np.where(np.isfinite(upper), upper, 0.0)))
         changed = bool(np.any(new_upper < upper - tol))
         tol = MARGIN * (1.0 + np.abs(np.where(np.isfinite(lower), lower, 0.0)))
