@@ -7,7 +7,8 @@ columns' bounds; where those are finite, the row bounds ``x_j``. Rounds repeat t
 the bounds found so far, so a chain of rows can bound a column several rows away.
 
 Each derived bound is moved outward by ``1e-9 (|side| + sum_k |a_ik x_k|) / |a_ij|`` (the
-terms at the bounds used), far above the rounding of the sums (``n eps`` of the same
+row's finite terms at the bounds used, column ``j``'s own included: the other columns' sum
+is the row's minus it), far above the rounding of the sums (``n eps`` of the same
 quantity), so that no feasible point lies outside it. The safe dual bound
 (:func:`jaxopt_suite.lp.dual_bound`) takes these bounds where a column's own bound is
 infinite on the side its reduced cost needs: a free column with a nonzero reduced cost no
@@ -85,7 +86,9 @@ def implied_bounds(
                 continue
             with np.errstate(invalid="ignore", over="ignore"):
                 value = (side - others) / a
-                margin = MARGIN * (np.abs(side) + size.T[:, row] - np.abs(finite_term)) / np.abs(a)
+                # the row's every finite term, the column's own included: removing it from
+                # the row's sum cancels up to its size in rounding
+                margin = MARGIN * (np.abs(side) + size.T[:, row]) / np.abs(a)
                 # a > 0 on the upper side, or a < 0 on the lower, bounds x_j from above
                 caps = usable & (positive == toward_upper)
                 floors = usable & (positive != toward_upper)
