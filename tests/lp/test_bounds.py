@@ -156,3 +156,12 @@ def test_bad_input_is_named():
     lower, upper = implied_bounds(lp, np.tile(lp.var_lower, (3, 1)), np.tile(lp.var_upper, (3, 1)))
     assert lower.shape == upper.shape == (3, 2)
     np.testing.assert_array_equal(implied_bounds(lp, max_rounds=0)[0], lp.var_lower)
+
+
+def test_a_row_whose_sum_rounds_away_a_small_term_bounds_nothing_it_should_not():
+    # x0 + x1 <= 1 with x0 in [-1e16, 1e16], x1 in [-0.7, 0]: x0 reaches 1.7. The row's
+    # minimum activity -1e16 - 0.7 rounds to -1e16, so the other column's term comes out 0
+    # and the derived cap 1: the margin must cover the rounding of the huge own term
+    lp = LP([0.0, 0.0], np.array([[1.0, 1.0]]), [-np.inf], [1.0], [-1e16, -0.7], [1e16, 0.0])
+    lower, upper = implied_bounds(lp)
+    assert upper[0] >= 1.7 and lower[1] <= -0.7
