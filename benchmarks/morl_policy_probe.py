@@ -125,6 +125,17 @@ On the suite's data both margins are negative (-0.0066 and -0.0151 at cdc44da), 
 systematically so on held-out replicates (above). With the wider data they are positive,
 within one standard error.
 
+Is the hopper's Nash SER deficit in the suite (AETDICE -0.0062 to BC(P) over its 3 keys, the
+worst Brax cell of ``morl.json``) systematic, as halfcheetah's was on held-out data? Eight
+held-out replicates (``--replicates 5,...,12``, one training key each;
+``probes/morl_nash_hopper_heldout.json``, this module at c342252, 40 min here while the
+tests ran beside it; written to ``/tmp`` as its ``command`` reads, then moved), paired over
+the 8 keys (mean, SE): AETDICE -0.0019 (0.0050) to the best baseline (SER-DICE), -0.0014
+(0.0065) to BC(P), +0.0011 (0.0055) to OptiDICE; three keys of eight above SER-DICE, the
+per-key margins spanning -0.026 .. +0.017. Within half a standard error: no sign of a
+systematic deficit there, where halfcheetah's held-out Nash SER margin was -0.0108 (0.0030)
+with every key lower.
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
@@ -156,6 +167,9 @@ within one standard error.
         --objectives nash/ser,nash/esr --variants aetdice --behaviour-iterations 400 \\
         --behaviour-sampling rows \\
         --out benchmarks/results/probes/morl_nash_halfcheetah_behaviour400.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_hopper \\
+        --objectives nash/ser --variants aetdice --replicates 5,6,7,8,9,10,11,12 \\
+        --out benchmarks/results/probes/morl_nash_hopper_heldout.json
 """
 
 from __future__ import annotations
