@@ -69,7 +69,6 @@ def implied_bounds(
         with np.errstate(invalid="ignore"):
             low_term = np.where(positive, a * at_lower, a * at_upper)  # min of a x_j
             high_term = np.where(positive, a * at_upper, a * at_lower)  # max of a x_j
-        changed = False
         new_lower, new_upper = lower.copy(), upper.copy()
         for term, side, toward_upper in (
             (low_term, row_upper, True),
