@@ -123,7 +123,8 @@ def test_solutions_with_free_columns_carry_a_finite_safe_bound(seed):
 def test_batched_bounds_of_free_columns_inside_and_outside_the_lps_box():
     """An instance inside the LP's box uses the LP's implied bounds; one with a wider box
     (here the bounded columns widened to [0, 30]) its own: both bounds stay below each
-    instance's optimum, and equal the single-LP bound of the same y."""
+    instance's optimum; the outer one equals the single-LP bound of the same y, the inner
+    one is at most it."""
     lp = _lp_with_free_columns(4)
     lower = np.tile(lp.var_lower, (2, 1))
     upper = np.tile(lp.var_upper, (2, 1))
