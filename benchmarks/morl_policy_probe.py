@@ -136,6 +136,20 @@ per-key margins spanning -0.026 .. +0.017. Within half a standard error: no sign
 systematic deficit there, where halfcheetah's held-out Nash SER margin was -0.0108 (0.0030)
 with every key lower.
 
+The hopper's two ESR cells below the best baseline in the suite (Nash ESR -0.0038 and
+risk-averse ESR -0.0021 to BC(P), 3 keys) on the same 8 held-out replicates
+(``probes/morl_esr_hopper_heldout.json``, this module at 38d34ab, 49 min here, the tests and
+other training runs beside it part of the time; written to ``/tmp``, then moved), paired
+over the keys:
+
+* Nash ESR: AETDICE +0.0066 (0.0032) over the best baseline (SER-DICE), seven keys of
+  eight higher; +0.0070 (0.0036) over BC(P), +0.0094 (0.0034) over OptiDICE;
+* risk-averse ESR: +0.0038 (0.0015) over SER-DICE, seven keys of eight higher; +0.0044
+  (0.0017) over BC(P), +0.0055 (0.0015) over OptiDICE.
+
+On held-out data AETDICE leads on both, by about two standard errors, which points to the
+suite's negative margins there being the draw of its three keys.
+
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_halfcheetah \\
         --objectives tchebycheff/ser,threshold/esr \\
         --out benchmarks/results/probes/morl_policy_halfcheetah.json
@@ -170,6 +184,10 @@ with every key lower.
     PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_hopper \\
         --objectives nash/ser --variants aetdice --replicates 5,6,7,8,9,10,11,12 \\
         --out benchmarks/results/probes/morl_nash_hopper_heldout.json
+    PYTHONPATH=. python -m benchmarks.morl_policy_probe --task mo_hopper \\
+        --objectives nash/esr,risk_averse/esr --variants aetdice \\
+        --replicates 5,6,7,8,9,10,11,12 \\
+        --out benchmarks/results/probes/morl_esr_hopper_heldout.json
 """
 
 from __future__ import annotations
