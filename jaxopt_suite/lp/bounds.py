@@ -60,8 +60,8 @@ def implied_bounds(
     row, a = csc.indices[keep], csc.data[keep]
     present, starts = np.unique(col, return_index=True)  # each column's first nonzero
     m = lp.num_rows
-    # sums over the nonzeros of each row, for a (B, nnz) array
-    to_rows = sp.csr_array((np.ones(a.size), (np.arange(a.size), row)), shape=(a.size, m))
+    # by_row @ v.T: the sums over each row's nonzeros of a (B, nnz) array v, (m, B)
+    by_row = sp.csr_array((np.ones(a.size), (row, np.arange(a.size))), shape=(m, a.size))
     row_lower, row_upper = lp.row_lower[row], lp.row_upper[row]
     positive = a > 0
     for _ in range(max_rounds):
@@ -76,9 +76,9 @@ def implied_bounds(
         ):
             infinite = ~np.isfinite(term)
             finite_term = np.where(infinite, 0.0, term)
-            total = to_rows.T @ finite_term.T  # (m, B)
-            count = to_rows.T @ infinite.T.astype(np.float64)
-            size = to_rows.T @ np.abs(finite_term).T
+            total = by_row @ finite_term.T  # (m, B)
+            count = by_row @ infinite.T.astype(np.float64)
+            size = by_row @ np.abs(finite_term).T
             others = total.T[:, row] - finite_term  # the other columns' sum, (B, nnz)
             usable = (count.T[:, row] - infinite == 0) & np.isfinite(side)
             if not usable.any():

@@ -1010,9 +1010,9 @@ def _implied(lp: LP, lower, upper):
     """Row-implied bounds for the instances ``(lower, upper)`` ``(k, n)``: the LP's own,
     computed once, for instances inside its box; their own for the rest."""
     inside = np.all(lower >= lp.var_lower, axis=1) & np.all(upper <= lp.var_upper, axis=1)
-    root_lower, root_upper = root_implied_bounds(lp)
-    implied_lower = np.broadcast_to(root_lower, lower.shape).copy()
-    implied_upper = np.broadcast_to(root_upper, upper.shape).copy()
+    implied_lower, implied_upper = np.empty_like(lower), np.empty_like(upper)
+    if inside.any():
+        implied_lower[inside], implied_upper[inside] = root_implied_bounds(lp)
     if not inside.all():
         implied_lower[~inside], implied_upper[~inside] = implied_bounds(
             lp, lower[~inside], upper[~inside]

@@ -6,25 +6,10 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.optimize import linprog
 
 from jaxopt_suite.lp import LP, LPOptions, Status, dual_bound, solve_lp, solve_lp_batch
 from jaxopt_suite.lp.bounds import implied_bounds
-
-
-def _linprog(lp, c):
-    eq = lp.row_lower == lp.row_upper
-    up = np.isfinite(lp.row_upper) & ~eq
-    dn = np.isfinite(lp.row_lower) & ~eq
-    return linprog(
-        c,
-        A_ub=sp.vstack([lp.A[up], -lp.A[dn]]),
-        b_ub=np.concatenate([lp.row_upper[up], -lp.row_lower[dn]]),
-        A_eq=lp.A[eq],
-        b_eq=lp.row_lower[eq],
-        bounds=list(zip(lp.var_lower, lp.var_upper, strict=True)),
-        method="highs",
-    )
+from tests.lp.conftest import highs
 
 
 def _lp_with_free_columns(seed, m=8, n=12, free=4):
@@ -62,7 +47,7 @@ def test_implied_bounds_contain_the_feasible_set(seed):
     for j in range(lp.num_cols):
         e = np.zeros(lp.num_cols)
         e[j] = 1.0
-        low, high = _linprog(lp, e), _linprog(lp, -e)
+        low, high = highs(lp, e), highs(lp, -e)
         assert low.status == high.status == 0
         assert lower[j] <= low.fun + 1e-7 * (1 + abs(low.fun))
         assert upper[j] >= -high.fun - 1e-7 * (1 + abs(high.fun))
@@ -109,7 +94,7 @@ def test_a_free_column_no_longer_makes_the_bound_minus_infinity():
 @pytest.mark.parametrize("seed", range(3))
 def test_solutions_with_free_columns_carry_a_finite_safe_bound(seed):
     lp = _lp_with_free_columns(seed)
-    optimum = _linprog(lp, lp.c).fun
+    optimum = highs(lp, lp.c).fun
     early = solve_lp(lp, LPOptions(max_iterations=64))
     assert np.isfinite(early.dual_bound)
     assert early.dual_bound <= optimum + 1e-9 * (1 + abs(optimum))
@@ -133,7 +118,7 @@ def test_batched_bounds_of_free_columns_inside_and_outside_the_lps_box():
     result = solve_lp_batch(lp, lower, upper, options=LPOptions(max_iterations=64))
     for b in range(2):
         instance = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower[b], upper[b])
-        optimum = _linprog(instance, lp.c).fun
+        optimum = highs(instance, lp.c).fun
         assert np.isfinite(result.dual_bound[b])
         assert result.dual_bound[b] <= optimum + 1e-9 * (1 + abs(optimum))
         single = dual_bound(instance, result.y[b])[0]

@@ -7,10 +7,10 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.optimize import linprog
 
 from jaxopt_suite.lp import LP, instances, pdlp
 from jaxopt_suite.lp.pdlp import LPOptions, Status, dual_bound, solve_lp, solve_lp_batch
+from tests.lp.conftest import highs
 
 
 def _feasible_lp(seed, m=20, n=30, free_rows=True):
@@ -26,27 +26,10 @@ def _feasible_lp(seed, m=20, n=30, free_rows=True):
     return LP(rng.normal(size=n), A, lo, hi, np.zeros(n), np.full(n, 3.0))
 
 
-def _highs(lp):
-    eq = lp.row_lower == lp.row_upper
-    up = np.isfinite(lp.row_upper) & ~eq
-    dn = np.isfinite(lp.row_lower) & ~eq
-    A_ub = sp.vstack([lp.A[up], -lp.A[dn]])
-    b_ub = np.concatenate([lp.row_upper[up], -lp.row_lower[dn]])
-    return linprog(
-        lp.c,
-        A_ub=A_ub,
-        b_ub=b_ub,
-        A_eq=lp.A[eq],
-        b_eq=lp.row_lower[eq],
-        bounds=list(zip(lp.var_lower, lp.var_upper, strict=True)),
-        method="highs",
-    )
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_matches_highs_and_satisfies_kkt(seed):
     lp = _feasible_lp(seed)
-    reference = _highs(lp)
+    reference = highs(lp)
     solution = solve_lp(lp)
     assert solution.status == Status.OPTIMAL, solution.message
     # Relative KKT <= 1e-4 bounds the objective error by about the same relative amount.
@@ -228,7 +211,7 @@ def test_sparse_dense_ell_and_block_matrices_agree():
 def test_safe_dual_bound_never_exceeds_the_optimum(seed, iterations):
     # Any dual iterate, from a solve stopped at any point, bounds the optimum from below.
     lp = _feasible_lp(seed, m=8, n=12)
-    optimum = _highs(lp).fun
+    optimum = highs(lp).fun
     solution = solve_lp(lp, LPOptions(max_iterations=iterations))
     assert solution.dual_bound <= optimum + 1e-9 * (1 + abs(optimum))
     # ... and so does the bound of an arbitrary y.
@@ -268,7 +251,7 @@ def test_batched_solve_equals_individual_solves():
     for b in range(batch):
         instance = LP(costs[b], lp.A, lp.row_lower, lp.row_upper, lower[b], upper[b])
         single = solve_lp(instance)
-        optimum = _highs(instance).fun
+        optimum = highs(instance).fun
         # Both within the 1e-4 relative KKT tolerance of the optimum.
         assert abs(result.objective[b] - optimum) <= 5e-4 * (1 + abs(optimum))
         assert abs(single.objective - optimum) <= 5e-4 * (1 + abs(optimum))
@@ -366,7 +349,7 @@ def test_float64_solve():
     with jax.enable_x64(True):
         solution = solve_lp(lp, LPOptions(tolerance=1e-8))
     assert solution.status == Status.OPTIMAL
-    optimum = _highs(lp).fun
+    optimum = highs(lp).fun
     # float64 reaches tolerances float32 cannot: 1e-8 relative KKT.
     assert abs(solution.objective - optimum) <= 1e-6 * (1 + abs(optimum))
 
@@ -590,7 +573,7 @@ def test_continuous_batching_refills_a_finished_slot():
         np.testing.assert_array_equal(done.x[b], plain.x[b])
         assert done.iterations[b] == plain.iterations[b]
     refilled = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lp.var_lower, new_upper)
-    optimum = _highs(refilled).fun
+    optimum = highs(refilled).fun
     assert abs(done.objective[1] - optimum) <= 5e-4 * (1 + abs(optimum))
     with pytest.raises(ValueError, match=r"slots must be indices in \[0, 3\)"):
         batch_refill(batch, [3], lp.var_lower[None], new_upper[None])
