@@ -20,9 +20,11 @@ moves raises ``omega``, where PDLP's rule (no update unless both moved) left it 
 the dual of ``min x s.t. 1 <= x <= 1e6`` crawled to the iteration limit.
 
 Every solution carries a safe dual bound: the Lagrangian value of its dual iterate,
-computed in float64 on the host, valid however early the solve stopped. A reduced cost
-that meets an infinite variable bound is taken at the bound the rows imply
-(:mod:`.bounds`), so free columns that the rows confine leave it finite.
+computed in float64 on the host, valid however early the solve stopped, and below the
+exact value of that iterate: a margin covers the rounding of the reduced costs and of the
+sums (a reduced cost whose rounding could flip its sign onto an infinite bound is computed
+exactly). A reduced cost that meets an infinite variable bound is taken at the bound the
+rows imply (:mod:`.bounds`), so free columns that the rows confine leave it finite.
 
 As in HiGHS and in MPS files, the solver reads a lower side (of a row or a variable) at or
 below ``-1e20`` as ``-inf`` and an upper side at or above ``1e20`` as ``+inf``
@@ -41,6 +43,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import jax
@@ -872,8 +875,9 @@ def _warm_vector(name, value, size):
 
 
 def dual_bound(lp: LP, y: np.ndarray) -> tuple[float, np.ndarray]:
-    """``(bound, reduced costs)``: the Lagrangian lower bound of ``y`` (float64); ``-inf``
-    where ``y`` is not finite."""
+    """``(bound, reduced costs)``: the Lagrangian lower bound of ``y`` (float64, below the
+    exact value of ``y`` by a rounding margin; see :func:`_dual_bounds`); ``-inf`` where
+    ``y`` is not finite."""
     y = np.asarray(y, np.float64)
     m = lp.A.shape[0]
     if y.shape != (m,):
@@ -964,6 +968,11 @@ def _batched_fields(data: _Data) -> dict:
     return {k: getattr(data, k) for k in _BATCHED_FIELDS}
 
 
+# unit roundoff and the least positive float64, for the safe bound's rounding margins
+_UNIT = float(np.finfo(np.float64).eps) / 2
+_TINY = float(np.finfo(np.float64).smallest_subnormal)
+
+
 def _dual_bounds(lp: LP, costs, lower, upper, y) -> tuple[np.ndarray, np.ndarray]:
     """``(bounds (B,), reduced costs (B, n))``: :func:`dual_bound` for every row of ``y``
     ``(B, m)`` (float64, vectorised).
@@ -971,39 +980,98 @@ def _dual_bounds(lp: LP, costs, lower, upper, y) -> tuple[np.ndarray, np.ndarray
     An infinite bound or row side enters only with the sign that makes its term ``-inf``,
     so a bound can be ``+inf`` or NaN only through a non-finite ``y`` (a diverged iterate,
     whose NaN entries would fail both sign tests and drop out) or an overflowing product:
-    such a bound is ``-inf``, never one that could lie above the optimum."""
+    such a bound is ``-inf``, never one that could lie above the optimum.
+
+    Rounding: the bound lies below the exact Lagrangian value of the float ``y``. Each
+    reduced cost enters through an interval that holds its exact value
+    (:func:`_reduced_cost_interval`), each column's term is the least over that interval
+    and the column's box, and the sum then loses twice the error bound of its own rounding,
+    ``(m + n + 4) u`` times the sum of the terms' sizes (``u = 2^-53``), and is rounded
+    down."""
+    m, n = lp.A.shape
     lam = costs - (lp.A.T @ y.T).T
     with np.errstate(invalid="ignore", over="ignore"):
-        rows = np.where(y > 0, y * lp.row_lower, np.where(y < 0, y * lp.row_upper, 0.0))
-        rows = rows.sum(axis=1) + lp.objective_offset
-        cols = _column_terms(lam, lower, upper)
         finite = np.all(np.isfinite(y), axis=1) & np.all(np.isfinite(lam), axis=1)
+        lam_lo, lam_hi = _reduced_cost_interval(lp, costs, lower, upper, y, lam, finite)
+        rows = np.where(y > 0, y * lp.row_lower, np.where(y < 0, y * lp.row_upper, 0.0))
+        cols = _column_terms(lam_lo, lam_hi, lower, upper)
         # a column whose bound is infinite (or beyond INFINITE_BOUND) on the side its
         # reduced cost needs takes the bound its rows imply where that is tighter
         # (bounds.implied_bounds: every feasible point obeys it)
-        redo = np.flatnonzero(finite & _open_columns(lam, lower, upper).any(axis=1))
+        redo = np.flatnonzero(finite & _open_columns(lam_lo, lam_hi, lower, upper).any(axis=1))
         if redo.size:
             lo, hi = lower[redo], upper[redo]
             implied_lower, implied_upper = _implied(lp, lo, hi)
             cols[redo] = _column_terms(
-                lam[redo],
+                lam_lo[redo],
+                lam_hi[redo],
                 np.where(lo <= -INFINITE_BOUND, np.maximum(lo, implied_lower), lo),
                 np.where(hi >= INFINITE_BOUND, np.minimum(hi, implied_upper), hi),
             )
-        bounds = rows + cols
+        offset = lp.objective_offset
+        total = rows.sum(axis=1) + cols.sum(axis=1) + offset
+        size = np.abs(rows).sum(axis=1) + np.abs(cols).sum(axis=1) + abs(offset)
+        margin = 2 * (m + n + 4) * (_UNIT * size + _TINY)
+        bounds = np.nextafter(total - margin, -np.inf)
     return np.where(finite & (bounds < np.inf), bounds, -np.inf), lam
 
 
-def _column_terms(lam, lower, upper):
-    """``sum_j min(lam_j x_j)`` over each instance's box (``-inf`` where it is open)."""
+def _reduced_cost_interval(lp: LP, costs, lower, upper, y, lam, finite):
+    """``(lo, hi)`` ``(B, n)``: an interval around each computed reduced cost ``lam`` that
+    holds the exact ``c_j - a_j^T y`` of the float ``y``.
+
+    Its half-width is twice the error bound of the product and the subtraction,
+    ``gamma_{k+2} (|c_j| + |a_j|^T |y|)`` for a column of ``k`` entries (underflow
+    included). Where that interval holds zero on a column with an infinite bound (or one
+    beyond :data:`INFINITE_BOUND`), a rounding error of either sign could make the term
+    ``-inf``; there the exact value is computed in rational arithmetic (such columns are
+    rare: their costs cancel to the last bit), and the interval shrinks to the neighbours
+    of its float on its own side of zero, or to zero itself."""
+    counts = np.bincount(lp.A.indices, minlength=lp.A.shape[1]) + 2.0
+    size = np.abs(costs) + (abs(lp.A).T @ np.abs(y).T).T
+    err = 2 * counts * (_UNIT * size + _TINY)
+    lo, hi = lam - err, lam + err
+    unbounded = (lower <= -INFINITE_BOUND) | (upper >= INFINITE_BOUND)
+    ambiguous = np.argwhere((lo < 0) & (hi > 0) & unbounded & finite[:, None])
+    if len(ambiguous):
+        A = lp.A.tocsc()
+        for b, j in ambiguous:
+            entries = slice(A.indptr[j], A.indptr[j + 1])
+            exact = Fraction(float(costs[b, j])) - sum(
+                (
+                    Fraction(float(a)) * Fraction(float(v))
+                    for a, v in zip(A.data[entries], y[b, A.indices[entries]], strict=True)
+                ),
+                Fraction(0),
+            )
+            lo[b, j], hi[b, j] = _enclosure(exact)
+    return lo, hi
+
+
+def _enclosure(value: Fraction) -> tuple[float, float]:
+    """Floats ``lo <= value <= hi`` with the sign of ``value`` (zero only where it is)."""
+    f = float(value)
+    if Fraction(f) == value:
+        return f, f
+    lo, hi = np.nextafter(f, -np.inf), np.nextafter(f, np.inf)
+    return (max(lo, 0.0), hi) if value > 0 else (lo, min(hi, 0.0))
+
+
+def _column_terms(lam_lo, lam_hi, lower, upper):
+    """``sum_j min(lam_j x_j)`` over each instance's box and each reduced cost's interval
+    (``-inf`` where the box is open on a side the interval needs)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.where(lam > 0, lam * lower, np.where(lam < 0, lam * upper, 0.0)).sum(axis=1)
+        return np.minimum(_box_minimum(lam_lo, lower, upper), _box_minimum(lam_hi, lower, upper))
 
 
-def _open_columns(lam, lower, upper):
-    """Columns whose bound on the side the reduced cost needs is infinite or beyond
-    :data:`INFINITE_BOUND`, ``(B, n)``."""
-    return ((lam > 0) & (lower <= -INFINITE_BOUND)) | ((lam < 0) & (upper >= INFINITE_BOUND))
+def _box_minimum(lam, lower, upper):
+    return np.where(lam > 0, lam * lower, np.where(lam < 0, lam * upper, 0.0))
+
+
+def _open_columns(lam_lo, lam_hi, lower, upper):
+    """Columns whose bound on a side their reduced cost's interval needs is infinite or
+    beyond :data:`INFINITE_BOUND`, ``(B, n)``."""
+    return ((lam_hi > 0) & (lower <= -INFINITE_BOUND)) | ((lam_lo < 0) & (upper >= INFINITE_BOUND))
 
 
 def _implied(lp: LP, lower, upper):
