@@ -12,10 +12,8 @@ import os
 LIGHT_LLVM_FLAGS = "--xla_backend_optimization_level=1 --xla_llvm_disable_expensive_passes=true"
 # XLA:CPU's legacy elementwise emitters instead of its MLIR fusion emitters: the same functions,
 # compiled in about half the time (the x64 test of tests/robust/test_simulator.py: 9.4 s of
-# backend compile against 17.3 s). Its rounding differs again, and one trajectory test did not
-# hold under it (the ASCPO point example at --quick, tests/test_examples.py): that test runs
-# in a child process with the light LLVM flags alone (`light_llvm_environment`), and the
-# jax#39103 check runs once more under XLA's defaults (tests/test_compat.py).
+# backend compile against 17.3 s). Its rounding differs again; the jax#39103 check runs once
+# more under XLA's defaults (tests/test_compat.py).
 _TEST_XLA_FLAGS = f"{LIGHT_LLVM_FLAGS} --xla_cpu_use_fusion_emitters=false"
 # the caller's own flags, as the first process saw them: pytest-xdist's workers inherit the
 # environment this module has already set in the process that started them
@@ -45,15 +43,6 @@ def child_environment():
         return {**os.environ, "XLA_FLAGS": f"{flags} {CALLER_XLA_FLAGS}".strip()}
 
     return environment
-
-
-@pytest.fixture
-def light_llvm_environment(child_environment):
-    """The environment for a child process that compiles with the light LLVM pipeline
-    alone (MLIR fusion emitters on), as the suite did before it turned them off. For the
-    one test whose outcome followed the float rounding of a 100-iteration training run
-    (tests/test_examples.py says which)."""
-    return child_environment(LIGHT_LLVM_FLAGS)
 
 
 @pytest.fixture(autouse=True, scope="module")

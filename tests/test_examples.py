@@ -1,9 +1,6 @@
 """The example scripts run end to end and show what they claim, at --quick sizes."""
 
 import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -85,44 +82,18 @@ def test_far_sign_beats_a_robust_aggregator_at_equal_simulated_time_under_alie()
     assert out["bits"]["far_sign"] * 100 < out["bits"]["async_sgd"]
 
 
-def _main_in_process(name, argv, environment, tmp_path):
-    """``examples/<name>.py``'s ``main(argv)`` in a fresh Python under ``environment``;
-    its result, through JSON."""
-    result, script = tmp_path / f"{name}.json", EXAMPLES / f"{name}.py"
-    code = (
-        "import importlib.util, json\n"
-        f"spec = importlib.util.spec_from_file_location({name!r}, {str(script)!r})\n"
-        "module = importlib.util.module_from_spec(spec)\n"
-        "spec.loader.exec_module(module)\n"
-        f"out = module.main({list(argv)!r})\n"
-        f"open({str(result)!r}, 'w').write(json.dumps(out))\n"
-    )
-    subprocess.run([sys.executable, "-c", code], env=environment, check=True, timeout=600)
-    return json.loads(result.read_text())
-
-
-def test_ascpo_violates_less_than_scpo_on_the_point_task(tmp_path, light_llvm_environment):
-    # Its own process, compiled as the suite compiled before it turned XLA's fusion emitters
-    # off: with 2 seeds, 100 iterations and a deterministic start, the path each seed's
-    # deterministic policy settles on follows the float rounding. `python
-    # examples/ascpo_point.py --quick` on one CPU gave SCPO a violation rate of 32.8% with
-    # XLA_FLAGS unset, 65.6% with the light LLVM flags (tests/conftest.py) and 0% with
-    # --xla_cpu_use_fusion_emitters=false added (both seeds found a way between the hazards;
-    # ASCPO's 2.8% was then not below it). The claim is checked on the pipeline it was set on;
-    # the safe_rl benchmark compares the methods over seeds and tasks.
+def test_ascpo_violates_less_than_scpo_on_the_point_task(tmp_path):
+    # Which seeds' deterministic policies cross a hazard follows the float rounding (the
+    # example's docstring gives the spread over XLA's compiler flags), so the checks are the
+    # ones that held on every pipeline tried: ASCPO's rate below SCPO's, at most one ASCPO
+    # seed of four violating at all, and a seed that reaches the goal.
     checkpoints = tmp_path / "checkpoints"
-    out = _main_in_process(
-        "ascpo_point",
-        ["--quick", "--checkpoints", str(checkpoints)],
-        light_llvm_environment,
-        tmp_path,
-    )
-    assert out["ascpo"]["violation"] <= 0.05
-    assert out["ascpo"]["violation"] < out["scpo"]["violation"]
-    # the goal is still reached by a seed's deterministic policy (the other may stop short
-    # on a cautious path; which one does changes with the CPU's float rounding)
-    assert max(out["ascpo"]["seed_returns"]) > 2.0
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["seed0", "seed1"]
+    out = _load("ascpo_point").main(["--quick", "--checkpoints", str(checkpoints)])
+    ascpo, scpo = out["ascpo"], out["scpo"]
+    assert ascpo["violation"] < scpo["violation"]
+    assert sum(v > 0 for v in ascpo["seed_violations"]) <= 1
+    assert max(ascpo["seed_returns"]) > 2.0
+    assert sorted(p.name for p in checkpoints.iterdir()) == [f"seed{i}" for i in range(4)]
 
 
 def test_aetdice_reaches_the_balance_optimum_where_markov_methods_cannot():
