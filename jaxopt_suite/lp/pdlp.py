@@ -1058,8 +1058,8 @@ def _enclosure(value: Fraction) -> tuple[float, float]:
 
 
 def _column_terms(lam_lo, lam_hi, lower, upper):
-    """``sum_j min(lam_j x_j)`` over each instance's box and each reduced cost's interval
-    (``-inf`` where the box is open on a side the interval needs)."""
+    """``min lam_j x_j`` over each instance's box and each reduced cost's interval, per
+    column, ``(B, n)`` (``-inf`` where the box is open on a side the interval needs)."""
     with np.errstate(invalid="ignore", over="ignore"):
         return np.minimum(_box_minimum(lam_lo, lower, upper), _box_minimum(lam_hi, lower, upper))
 
