@@ -17,18 +17,20 @@ episodes.
 A seed's deterministic policy tends to violate in almost all of its episodes or in none,
 and which seeds do follows the float rounding (the CPU, XLA's compiler flags, and whether
 the seeds train together under ``vmap`` or one by one with ``--checkpoints``), so a rate
-over a few seeds moves in large steps. On one CPU, the default run (5 seeds) under XLA's
-defaults gave ASCPO 0% and SCPO 18.8%; ``--quick`` (4 seeds) under XLA's
-defaults, its light LLVM pipeline with and without the fusion emitters, and the
-instruction set capped at SSE4.2: ASCPO 0% in each, SCPO 23% to 36%. With
-``--checkpoints`` under the light pipeline without fusion emitters (the tests' flags) one
-ASCPO seed of four crossed a hazard and walked off (return -11): ASCPO 10.9%, SCPO 33.2%.
-With ``--seeds 8`` under XLA's defaults: ASCPO 10.9% (one seed of eight), SCPO 44%.
+over a few seeds moves in large steps. On one CPU (AMD EPYC, AVX-512), the default run
+(5 seeds) under XLA's defaults gave ASCPO 0% and SCPO 18.8%. ``--quick`` (4 seeds) gave
+ASCPO 0% and SCPO 23.4% under XLA's defaults, 35.9% with ``XLA_FLAGS`` set to the light
+LLVM pipeline (``--xla_backend_optimization_level=1
+--xla_llvm_disable_expensive_passes=true``), 33.2% with ``--xla_cpu_use_fusion_emitters=false``
+added (the tests' flags) and 29.7% with ``--xla_cpu_max_isa=SSE4_2`` alone. With
+``--checkpoints`` under the tests' flags one ASCPO seed of four crossed a hazard and walked
+off (return -11): ASCPO 10.9%, SCPO 33.2%. With ``--seeds 8`` under XLA's defaults: ASCPO
+10.9% (one seed of eight), SCPO 43.9%.
 
-The earlier setting, 100-step episodes at ``k = 4.36`` (the bound's 5%), lost more seeds:
-under XLA's defaults ASCPO's policies violated in 33% of the episodes with 3 seeds (SCPO
-22%) and 50% with 4 (two seeds ended inside a hazard, in recovery steps that lowered the
-max cost by about 0.005 an iteration; SCPO 27%).
+The earlier setting, 100-step episodes at ``k = 4.36`` (the bound's 5%; this script at
+95c4578), lost more seeds: under XLA's defaults ASCPO's policies violated in 33.3% of the
+episodes with its default 3 seeds (SCPO 21.9%) and 50% with ``--seeds 4`` (two seeds ended
+inside a hazard; SCPO 27.0%).
 """
 
 from __future__ import annotations
