@@ -42,6 +42,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -1027,8 +1028,8 @@ def _reduced_cost_interval(lp: LP, costs, lower, upper, y, lam, finite):
     ``-inf``; there the exact value is computed in rational arithmetic (such columns are
     rare: their costs cancel to the last bit), and the interval shrinks to the neighbours
     of its float on its own side of zero, or to zero itself."""
-    counts = np.bincount(lp.A.indices, minlength=lp.A.shape[1]) + 2.0
-    size = np.abs(costs) + (abs(lp.A).T @ np.abs(y).T).T
+    abs_transpose, counts = _column_moduli(lp)
+    size = np.abs(costs) + (abs_transpose @ np.abs(y).T).T
     err = 2 * counts * (_UNIT * size + _TINY)
     lo, hi = lam - err, lam + err
     unbounded = (lower <= -INFINITE_BOUND) | (upper >= INFINITE_BOUND)
@@ -1046,6 +1047,23 @@ def _reduced_cost_interval(lp: LP, costs, lower, upper, y, lam, finite):
             )
             lo[b, j], hi[b, j] = _enclosure(exact)
     return lo, hi
+
+
+_MODULI: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _column_moduli(lp: LP):
+    """``(|A|^T, k + 2)``: the entrywise modulus of ``A^T`` (CSR) and each column's entry
+    count plus two, as :func:`_reduced_cost_interval` needs them; computed once per LP
+    (the branch-and-bound asks for them at every round) and read-only."""
+    found = _MODULI.get(lp)
+    if found is None:
+        abs_transpose = abs(lp.A).T.tocsr()
+        counts = np.bincount(lp.A.indices, minlength=lp.A.shape[1]) + 2.0
+        for v in (abs_transpose.data, abs_transpose.indices, abs_transpose.indptr, counts):
+            v.setflags(write=False)
+        found = _MODULI[lp] = (abs_transpose, counts)
+    return found
 
 
 def _enclosure(value: Fraction) -> tuple[float, float]:

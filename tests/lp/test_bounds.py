@@ -229,3 +229,36 @@ def test_a_reduced_cost_that_rounds_to_zero_is_taken_at_its_exact_sign():
     lp2 = LP([1.0, 0.0], lp.A, [1.0, -5.0], [np.inf, 5.0], lp.var_lower, lp.var_upper)
     bound = dual_bound(lp2, np.array([1.0, -(2.0**-60)]))[0]
     assert -1e-6 < bound < 0.0
+
+
+def test_the_bound_builds_the_moduli_of_a_once_per_lp(monkeypatch):
+    """The reduced costs' rounding intervals need ``|A|^T`` and the column counts; the
+    branch-and-bound asks for bounds every round, so they are built once per LP, and are
+    the modulus and counts of this LP's ``A`` (not of another's)."""
+    from jaxopt_suite.lp import pdlp
+
+    first, second = _lp_with_free_columns(0), _lp_with_free_columns(1)
+    builds = []
+    original_abs = abs
+
+    y = np.random.default_rng(2).normal(size=(3, first.A.shape[0]))
+    lower = np.broadcast_to(first.var_lower, (3, first.A.shape[1]))
+    upper = np.broadcast_to(first.var_upper, (3, first.A.shape[1]))
+    costs = np.broadcast_to(first.c, (3, first.A.shape[1]))
+    monkeypatch.setattr(
+        pdlp,
+        "abs",
+        lambda v: (sp.issparse(v) and builds.append(v)) or original_abs(v),
+        raising=False,
+    )
+    for _ in range(3):
+        pdlp._dual_bounds(first, costs, lower, upper, y)
+    assert len(builds) == 1
+    moduli, counts = pdlp._column_moduli(first)
+    np.testing.assert_array_equal(moduli.toarray(), np.abs(first.A.toarray()).T)
+    np.testing.assert_array_equal(counts, (first.A.toarray() != 0).sum(axis=0) + 2)
+    other, _ = pdlp._column_moduli(second)
+    np.testing.assert_array_equal(other.toarray(), np.abs(second.A.toarray()).T)
+    assert len(builds) == 2
+    with pytest.raises(ValueError):
+        counts[0] = 1.0  # read-only: shared by every later call
