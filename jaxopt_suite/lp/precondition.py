@@ -20,7 +20,11 @@ one run, ``benchmarks.pwl_bound_scale_probe`` at edf8b87,
 price: a big-M variable bound no solution reaches makes ``s_b`` and the scaled optimum
 tiny; the primal-weight update of :mod:`.pdlp` lets float64 solve such LPs, while float32
 can stall at its rounding (``min -x s.t. x <= 1``, ``|x| <= 1e6`` ends ITERATION_LIMIT
-with a message pointing to float64).
+with a message pointing to float64). Likewise ``s_c``: a column whose entries are all tiny
+next to its cost (one coefficient of 1e-12) gets a tiny ``D_c``, its scaled cost sets ``s_c``
+alone and the others shrink to rounding (``min x_0 + x_1 s.t. x_0 + 1e-12 x_1 >= 1`` ends
+ITERATION_LIMIT; with ``scale_bounds=False`` it solves in 128 iterations); a solve that stops
+at a limit then names that column in its message.
 The row scaling depends only on ``A``, and bounds enter only through ``s_b``: every LP of
 a batch that shares ``A`` and is scaled with the same ``s_b`` reuses one factorisation.
 """

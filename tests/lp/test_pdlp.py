@@ -757,3 +757,21 @@ def test_kkt_counts_an_equality_rows_bound_once_and_does_not_overflow():
     primal, dual, gap = pdlp._kkt(data, jnp.zeros(2), jnp.zeros(5))
     assert data.c.dtype == jnp.float32
     assert float(primal) == pytest.approx(np.sqrt(5) * 1e19 / (1 + np.sqrt(5) * 1e19), rel=1e-5)
+
+
+def test_a_limit_names_the_column_whose_scaled_cost_sets_the_objective_scaling():
+    """A column whose only entry is 1e-12 gets a column scale near 1e-12, its scaled cost
+    ~1e12 sets ``s_c`` alone and the other costs shrink to rounding: the solve stops at the
+    iteration limit, and its message says why and what helps; unscaled costs solve it."""
+    p = LP([1.0, 1.0], np.array([[1.0, 1e-12]]), [1.0], [np.inf], [0, 0], [np.inf, 5],
+           col_names=["x", "tiny"])  # fmt: skip
+    stalled = solve_lp(p, LPOptions(max_iterations=2000))
+    assert stalled.status == Status.ITERATION_LIMIT
+    assert "column 'tiny'" in stalled.message and "scale_bounds=False" in stalled.message
+    solved = solve_lp(p, LPOptions(scale_bounds=False))
+    assert solved.status == Status.OPTIMAL
+    np.testing.assert_allclose(solved.objective, 1.0, rtol=1e-4)
+    assert "objective scaling" not in solved.message
+    # an ordinary LP that stops at its limit gets no such hint
+    q = LP([1.0, 2.0], np.array([[1.0, 1.0]]), [1.0], [np.inf], [0, 0], [np.inf, np.inf])
+    assert "objective scaling" not in solve_lp(q, LPOptions(max_iterations=1)).message
