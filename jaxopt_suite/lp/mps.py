@@ -6,7 +6,9 @@ integer blocks), ``RHS`` (on the objective row: minus the objective constant), `
 ``BOUNDS`` (``UP LO FX FR MI PL BV LI UI``), ``ENDATA``. Semantics follow the common
 convention (e.g. HiGHS, CPLEX): a range ``R`` on an ``E`` row gives ``[rhs, rhs + R]`` for
 ``R > 0`` and ``[rhs + R, rhs]`` for ``R < 0``; on ``L`` rows ``[rhs - |R|, rhs]``; on ``G``
-rows ``[rhs, rhs + |R|]``; an ``UP`` bound below zero on a column whose lower bound is
+rows ``[rhs, rhs + |R|]``; an integer column (``MARKER`` block) with no line in ``BOUNDS``
+is binary, bounds ``[0, 1]`` (so :func:`write_mps` writes ``PL`` for an integer column on
+``[0, inf)``); an ``UP`` bound below zero on a column whose lower bound is
 still the default 0 makes the lower bound ``-inf`` (with a warning); a value on an ``FR``,
 ``MI``, ``PL`` or ``BV`` line, which these take none of, is ignored with a warning, and the
 set name is optional there as on the other bound lines. Only the first ``N``
@@ -396,6 +398,9 @@ class _Reader:
                 )
             row_lower[i], row_upper[i] = lo, hi
         var_lower, var_upper = np.zeros(n), np.full(n, np.inf)
+        for j in range(n):  # an integer column with no bound line is binary (docstring)
+            if self.integer[j] and j not in self.lower and j not in self.upper:
+                var_upper[j] = 1.0
         for j, value in self.lower.items():
             var_lower[j] = value
         for j, value in self.upper.items():
@@ -584,5 +589,7 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
             out.append(f" LO {bound_set} {name} {_num(lo)}")
         if hi != np.inf:
             out.append(f" UP {bound_set} {name} {_num(hi)}")
+        elif lp.integer[j] and lo == 0.0:  # with no bound line it would read as binary
+            out.append(f" PL {bound_set} {name}")
     out.append("ENDATA")
     Path(path).write_text("\n".join(out) + "\n")

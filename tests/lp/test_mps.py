@@ -411,3 +411,42 @@ def test_malformed_valueless_bounds_name_the_line(tmp_path, bounds, match):
     path.write_text(_VALUELESS.format(bounds=bounds))
     with pytest.raises(MPSError, match=rf"bad.mps:12: .*{match}"):
         read_mps(path, format="free")
+
+
+@pytest.mark.parametrize(
+    ("bounds", "lower", "upper"),
+    [("", 0.0, 1.0), (" LO BND x 2", 2.0, np.inf), (" UP BND x 5", 0.0, 5.0),
+     (" PL BND x", 0.0, np.inf), (" MI BND x", -np.inf, np.inf)],
+)  # fmt: skip
+def test_an_integer_column_without_bounds_is_binary_as_highs_reads_it(
+    tmp_path, bounds, lower, upper
+):
+    """An integer (``MARKER``) column with no line in ``BOUNDS`` is binary (CPLEX's rule,
+    HiGHS reads it so: ``max x s.t. x <= 4`` is 1, not 4); any bound line of its own keeps
+    the usual defaults."""
+    path = tmp_path / "int.mps"
+    path.write_text(
+        "NAME t\nROWS\n N obj\n L c\nCOLUMNS\n    MARKER 'MARKER' 'INTORG'\n"
+        "    x obj -1 c 1\n    MARKER 'MARKER' 'INTEND'\nRHS\n    RHS c 4\n"
+        f"BOUNDS\n{bounds}\nENDATA\n"
+    )
+    lp = read_mps(path)
+    assert lp.integer[0]
+    assert (lp.var_lower[0], lp.var_upper[0]) == (lower, upper)
+
+
+def test_an_integer_column_on_zero_to_infinity_reads_back_as_written(tmp_path):
+    """``write_mps`` names the infinite upper bound of an integer column on ``[0, inf)``
+    (``PL``); without it the file read back as a binary column, here and in HiGHS."""
+    lp = LP([-1.0, 1.0], [[1.0, 1.0]], [-np.inf], [4.0], [0.0, 0.0], [np.inf, np.inf],
+            integer=[True, False])  # fmt: skip
+    path = tmp_path / "int.mps"
+    write_mps(lp, path)
+    back = read_mps(path)
+    np.testing.assert_array_equal(back.var_upper, [np.inf, np.inf])
+    np.testing.assert_array_equal(back.integer, [True, False])
+    highspy = pytest.importorskip("highspy")
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.readModel(str(path))
+    assert list(h.getLp().col_upper_) == [np.inf, np.inf]
