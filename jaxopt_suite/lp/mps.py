@@ -69,7 +69,7 @@ def read_mps(path: str | Path, *, format: Literal["auto", "free", "fixed"] = "au
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no MPS file at {path}")
-    lines = path.read_text().splitlines()
+    lines = _text_lines(path)
     if format != "auto":
         return _Reader(path, lines, fixed=format == "fixed").read()
     try:
@@ -79,6 +79,25 @@ def read_mps(path: str | Path, *, format: Literal["auto", "free", "fixed"] = "au
             return _Reader(path, lines, fixed=True).read()
         except MPSError:
             raise free_error from None
+
+
+def _text_lines(path: Path) -> list[str]:
+    """The file's lines as text: UTF-8, except comment lines (``*``), which are only
+    skipped and may hold any bytes (a Latin-1 comment is common); other bytes that are not
+    UTF-8 raise :class:`MPSError` with the line."""
+    lines = []
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            if raw.lstrip().startswith(b"*"):
+                lines.append(raw.decode("latin-1"))
+                continue
+            raise MPSError(
+                f"{path}:{number}: not UTF-8 text (byte 0x{raw[error.start]:02x} at "
+                f"position {error.start + 1})"
+            ) from None
+    return lines
 
 
 def _fixed_fields(line: str) -> list[str]:
@@ -126,6 +145,7 @@ class _Reader:
         self.lower: dict[int, float] = {}
         self.upper: dict[int, float] = {}
         self.lower_set: set[int] = set()
+        self.bound_lines: dict[int, int] = {}  # column -> its last line in BOUNDS
 
     def fail(self, number: int, message: str) -> MPSError:
         return MPSError(f"{self.path}:{number}: {message}")
@@ -242,6 +262,11 @@ class _Reader:
             self.integer[j] = True
         for row, text in zip(fields[1::2], fields[2::2], strict=True):
             value = self.number(number, text)
+            if math.isinf(value):
+                raise self.fail(
+                    number,
+                    f"coefficient {text} of column {fields[0]!r} in row {row!r} is not finite",
+                )
             if row == self.objective:
                 self.cost[j] = self.cost.get(j, 0.0) + value
             elif row in self.dropped_n:
@@ -263,6 +288,8 @@ class _Reader:
         for row, text in zip(pairs[0::2], pairs[1::2], strict=True):
             value = self.number(number, text)
             if section == "RHS" and row == self.objective:
+                if math.isinf(value):
+                    raise self.fail(number, f"the objective constant (RHS {text}) is not finite")
                 self.offset = -value
             elif row in self.dropped_n:
                 continue
@@ -306,6 +333,7 @@ class _Reader:
         if name not in self.col_index:
             raise self.fail(number, f"bound on unknown column {name!r}")
         j = self.col_index[name]
+        self.bound_lines[j] = number
         if kind == "UP" or kind == "UI":
             self.upper[j] = value
             if value < 0 and j not in self.lower_set and self.lower.get(j, 0.0) == 0.0:
@@ -406,6 +434,13 @@ class _Reader:
         for j, value in self.upper.items():
             var_upper[j] = value
         names = _ordered_names(self.col_index, n)
+        for j in np.flatnonzero(var_lower > var_upper):
+            j = int(j)
+            raise self.fail(
+                self.bound_lines[j],
+                f"column {names[j]!r} has lower bound {var_lower[j]} > upper bound "
+                f"{var_upper[j]} after this line",
+            )
         return LP(
             c * self.sense,
             A,

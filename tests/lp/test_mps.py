@@ -450,3 +450,41 @@ def test_an_integer_column_on_zero_to_infinity_reads_back_as_written(tmp_path):
     h.setOptionValue("output_flag", False)
     h.readModel(str(path))
     assert list(h.getLp().col_upper_) == [np.inf, np.inf]
+
+
+_SMALL = (
+    "NAME t\nROWS\n N obj\n L c\nCOLUMNS\n    x obj {cost} c 1\nRHS\n    RHS c 4\n{obj_rhs}"
+    "BOUNDS\n{bounds}ENDATA\n"
+)
+
+
+def _small(tmp_path, cost="-1", obj_rhs="", bounds="", comment=b""):
+    path = tmp_path / "small.mps"
+    text = _SMALL.format(cost=cost, obj_rhs=obj_rhs, bounds=bounds).encode()
+    path.write_bytes(comment + text)
+    return path
+
+
+def test_a_latin1_comment_is_read_and_other_non_utf8_bytes_name_their_line(tmp_path):
+    lp = read_mps(_small(tmp_path, comment="* mod\xe8le\n".encode("latin-1")))
+    assert lp.num_cols == 1
+    path = tmp_path / "bad.mps"
+    path.write_bytes(_small(tmp_path).read_bytes().replace(b"x obj", b"\xe9 obj"))
+    with pytest.raises(MPSError, match=r"bad\.mps:6: not UTF-8 text \(byte 0xe9"):
+        read_mps(path)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "line", "match"),
+    [
+        ({"cost": "1e400"}, 6, "coefficient 1e400 of column 'x' in row 'obj' is not finite"),
+        ({"cost": "-inf"}, 6, "coefficient -inf of column 'x'"),
+        ({"obj_rhs": "    RHS obj inf\n"}, 9, r"the objective constant \(RHS inf\) is not finite"),
+        ({"bounds": " UP BND x 1\n LO BND x 4\n"}, 11, "column 'x' has lower bound 4.0 > upper"),
+    ],
+)
+def test_values_the_lp_would_refuse_name_their_line(tmp_path, kwargs, line, match):
+    """Non-finite coefficients, a non-finite objective constant and crossed bounds are the
+    file's errors, with its line, not the LP constructor's (which names no line)."""
+    with pytest.raises(MPSError, match=rf"small\.mps:{line}: {match}"):
+        read_mps(_small(tmp_path, **kwargs), format="free")
