@@ -59,7 +59,7 @@ from jaxopt_suite.lp import native
 from jaxopt_suite.lp.bounds import implied_bounds, root_implied_bounds
 from jaxopt_suite.lp.operator import EllOperator, SharedOperator
 from jaxopt_suite.lp.precondition import Scaling, bound_objective_scales, equilibrate
-from jaxopt_suite.lp.problem import LP
+from jaxopt_suite.lp.problem import LP, _real_array
 from pallas_kernels import BlockELL, BlockSizes, bsr_spmm
 
 
@@ -891,8 +891,32 @@ def _check_options(options: LPOptions) -> LPOptions:
     )
 
 
+def _real(name: str, value: Any) -> np.ndarray:
+    """``value`` as float64, or a ``ValueError`` unless it holds real numbers (a complex
+    one lost its imaginary part with only a warning, strings became numbers), as the
+    :class:`LP` checks its own data."""
+    _real_array(name, value)
+    return np.asarray(value, np.float64)
+
+
+def _representable(name: str, scaled: np.ndarray, dtype) -> None:
+    """A ``ValueError`` where a finite warm start overflows the solver's float type once
+    scaled (it ran to NUMERICAL_ERROR with NaN iterates)."""
+    limit = float(np.finfo(dtype).max)
+    with np.errstate(invalid="ignore"):
+        big = np.isfinite(scaled) & (np.abs(scaled) > limit)
+    if big.any():
+        index = tuple(int(i) for i in np.argwhere(big)[0])
+        where = index[0] if len(index) == 1 else f"instance {index[0]}, index {index[1]}"
+        raise ValueError(
+            f"{name} at {where} is {scaled[index]:.3g} once scaled, beyond the solver's "
+            f"{np.dtype(dtype).name} range ({limit:.3g}): give smaller values, or solve in "
+            "float64 (jax.config.update('jax_enable_x64', True))"
+        )
+
+
 def _warm_vector(name, value, size):
-    v = np.asarray(value, np.float64)
+    v = _real(name, value)
     if v.shape != (size,):
         raise ValueError(f"{name} must have shape ({size},), got {v.shape}")
     if not np.all(np.isfinite(v)):
@@ -904,7 +928,9 @@ def dual_bound(lp: LP, y: np.ndarray) -> tuple[float, np.ndarray]:
     """``(bound, reduced costs)``: the Lagrangian lower bound of ``y`` (float64, below the
     exact value of ``y`` by a rounding margin; see :func:`_dual_bounds`); ``-inf`` where
     ``y`` is not finite."""
-    y = np.asarray(y, np.float64)
+    if not isinstance(lp, LP):
+        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
+    y = _real("y", y)
     m = lp.A.shape[0]
     if y.shape != (m,):
         raise ValueError(f"y must have shape ({m},), got {y.shape}")
@@ -938,6 +964,8 @@ def solve_lp(
     )
     y0 = scaling.scale_dual(y0)
     dtype = data.c.dtype
+    _representable("warm_start x", x0, dtype)
+    _representable("warm_start y", y0, dtype)
     state = _solve_jit(
         data,
         *jax.device_put((np.asarray(x0, dtype), np.asarray(y0, dtype))),
@@ -1145,8 +1173,8 @@ def _first_entry(mask: np.ndarray) -> tuple[int, int] | None:
 def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
     """Checked float64 ``(lower, upper, costs, x0, y0)`` for a batch of instances."""
     m, n = lp.A.shape
-    lower = np.asarray(var_lower, np.float64)
-    upper = np.asarray(var_upper, np.float64)
+    lower = _real("var_lower", var_lower)
+    upper = _real("var_upper", var_upper)
     if lower.ndim != 2 or lower.shape[1] != n or upper.shape != lower.shape:
         raise ValueError(
             f"var_lower and var_upper must both have shape (B, {n}), got {lower.shape} "
@@ -1155,7 +1183,7 @@ def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
     if batch is not None and lower.shape[0] != batch:
         raise ValueError(f"expected {batch} instances, got {lower.shape[0]}")
     batch = lower.shape[0]
-    costs = np.broadcast_to(lp.c, (batch, n)) if c is None else np.asarray(c, np.float64)
+    costs = np.broadcast_to(lp.c, (batch, n)) if c is None else _real("c", c)
     if costs.shape != (batch, n):
         raise ValueError(f"c must have shape ({batch}, {n}), got {costs.shape}")
     for name, values in (("c", costs), ("var_lower", lower), ("var_upper", upper)):
@@ -1175,7 +1203,7 @@ def _batch_inputs(lp, var_lower, var_upper, c, warm_start, batch=None):
     else:
         if not isinstance(warm_start, tuple | list) or len(warm_start) != 2:
             raise ValueError(f"warm_start must be a pair (x[B, n], y[B, m]), got {warm_start!r}")
-        x0, y0 = (np.asarray(v, np.float64) for v in warm_start)
+        x0, y0 = (_real(f"warm_start {v}", w) for v, w in zip("xy", warm_start, strict=True))
         if x0.shape != (batch, n) or y0.shape != (batch, m):
             raise ValueError(
                 f"warm_start must be (x[{batch}, {n}], y[{batch}, {m}]), got {x0.shape} "
@@ -1234,11 +1262,14 @@ def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0):
         "var_upper_raw": upper,
         "x0": np.clip(scaling.scale_primal(x0), lower_s, upper_s),
     }
+    y0 = scaling.scale_dual(y0)
+    _representable("warm_start x", primal["x0"], dtype)
+    _representable("warm_start y", y0, dtype)
     # two transfers (the (n, k) fields stacked, and y0), split on the device: one transfer
     # per field cost a few tenths of a millisecond a batch, which a batch of a few dozen
     # small LPs solves in a few milliseconds
     stacked = np.stack([np.asarray(primal[k], dtype) for k in (*_BATCHED_FIELDS, "x0")], axis=2)
-    fields = _fresh_batch(jnp.asarray(stacked), jnp.asarray(scaling.scale_dual(y0), dtype))
+    fields = _fresh_batch(jnp.asarray(stacked), jnp.asarray(y0, dtype))
     state = fields.pop("state")
     return base._replace(**fields), state
 
@@ -1541,6 +1572,7 @@ def solve_lp_batch(
     per core this process may use. A group's results equal those of solving it alone.
     """
     start = time.perf_counter()
+    check_flag("compact", compact)
     options, inputs = _start_inputs(lp, var_lower, var_upper, c, options, warm_start)
     size = inputs[0].shape[0]
     groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]

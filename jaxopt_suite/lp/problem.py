@@ -55,7 +55,7 @@ class LP:
     integer: Any = None
 
     def __post_init__(self):
-        c = _vector("c", self.c)
+        c = _vector("c", self.c, kind="column", names=self.col_names)
         n = c.shape[0]
         A = _matrix(self.A)
         m = A.shape[0]
@@ -73,8 +73,13 @@ class LP:
             if len(self.row_names) != m:
                 raise ValueError(f"row_names has {len(self.row_names)} names for {m} rows")
         for kind, size, names in (("row", m, self.row_names), ("var", n, self.col_names)):
-            lower = _vector(f"{kind}_lower", getattr(self, f"{kind}_lower"), size)
-            upper = _vector(f"{kind}_upper", getattr(self, f"{kind}_upper"), size)
+            label_kind = "row" if kind == "row" else "column"
+            lower = _vector(
+                f"{kind}_lower", getattr(self, f"{kind}_lower"), size, label_kind, names
+            )
+            upper = _vector(
+                f"{kind}_upper", getattr(self, f"{kind}_upper"), size, label_kind, names
+            )
             bad = np.flatnonzero(lower > upper)
             if bad.size:
                 i = int(bad[0])
@@ -180,7 +185,11 @@ def _real_array(name: str, value: Any) -> None:
         raise ValueError(f"{name} must hold real numbers, got dtype {dtype}")
 
 
-def _vector(name: str, value: Any, size: int | None = None) -> np.ndarray:
+def _vector(
+    name: str, value: Any, size: int | None = None, kind: str = "", names=None
+) -> np.ndarray:
+    """``value`` as a read-only float64 vector of ``size`` entries; a NaN entry is named as
+    ``kind`` (``"row"``/``"column"``) with its name from ``names`` where that has one."""
     _real_array(name, value)
     array = np.array(value, np.float64)  # a copy
     if array.ndim == 0 and size is not None:
@@ -190,7 +199,11 @@ def _vector(name: str, value: Any, size: int | None = None) -> np.ndarray:
     if size is not None and array.shape[0] != size:
         raise ValueError(f"{name} has {array.shape[0]} entries, expected {size}")
     if np.any(np.isnan(array)):
-        raise ValueError(f"{name} contains NaN at index {int(np.flatnonzero(np.isnan(array))[0])}")
+        i = int(np.flatnonzero(np.isnan(array))[0])
+        named = kind and names is not None and i < len(names)
+        raise ValueError(
+            f"{name} contains NaN at " + (_label(kind, i, names) if named else f"index {i}")
+        )
     return _frozen(array)
 
 

@@ -775,3 +775,56 @@ def test_a_limit_names_the_column_whose_scaled_cost_sets_the_objective_scaling()
     # an ordinary LP that stops at its limit gets no such hint
     q = LP([1.0, 2.0], np.array([[1.0, 1.0]]), [1.0], [np.inf], [0, 0], [np.inf, np.inf])
     assert "objective scaling" not in solve_lp(q, LPOptions(max_iterations=1)).message
+
+
+def test_batch_warm_start_and_dual_bound_inputs_are_checked_as_the_lp_checks_its_own():
+    """Complex or string bounds, costs and warm starts were cast (the imaginary part dropped
+    with only a ComplexWarning, "0" read as 0), ``compact="no"`` read as true, and
+    ``dual_bound`` failed on a non-LP with an AttributeError."""
+    p = LP([1.0, 1.0], np.array([[1.0, 1.0]]), [1.0], [np.inf], [0, 0], [5, 5])
+    lower, upper = np.zeros((2, 2)), np.full((2, 2), 5.0)
+    for kwargs, name in (
+        ({"var_lower": lower + 0j, "var_upper": upper}, "var_lower"),
+        ({"var_lower": lower, "var_upper": [["5", "5"], ["5", "5"]]}, "var_upper"),
+        ({"var_lower": lower, "var_upper": upper, "c": np.ones((2, 2)) + 1j}, "c"),
+        ({"var_lower": lower, "var_upper": upper,
+          "warm_start": (np.zeros((2, 2)) + 1j, np.zeros((2, 1)))}, "warm_start x"),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=f"^{name} must hold real numbers"):
+            solve_lp_batch(p, **kwargs)
+    with pytest.raises(ValueError, match="compact"):
+        solve_lp_batch(p, lower, upper, compact="no")
+    with pytest.raises(ValueError, match="^warm_start y must hold real numbers"):
+        solve_lp(p, warm_start=(np.zeros(2), np.zeros(1) + 1j))
+    with pytest.raises(TypeError, match="lp must be an LP, got str"):
+        dual_bound("x", [1.0])
+    with pytest.raises(ValueError, match="^y must hold real numbers"):
+        dual_bound(p, [1 + 1j])
+
+
+def test_a_finite_warm_start_beyond_float32_is_an_input_error():
+    """A warm start of 1e39 passed the finiteness check, overflowed float32 on the device
+    and ended NUMERICAL_ERROR with NaN; it is the input's error, named, in both paths."""
+    if jnp.result_type(float) != jnp.float32:
+        pytest.skip("float32 solver only")
+    p = LP([1.0, 1.0], np.array([[1.0, 1.0]]), [1.0], [np.inf], [0, 0], [np.inf, np.inf])
+    with pytest.raises(ValueError, match="warm_start y at 0 is .* beyond the solver's float32"):
+        solve_lp(p, warm_start=(np.zeros(2), np.full(1, 1e39)))
+    with pytest.raises(ValueError, match="warm_start x at instance 1, index 0 is .* float32"):
+        solve_lp_batch(
+            p, np.zeros((2, 2)), np.full((2, 2), np.inf),
+            warm_start=(np.array([[0.0, 0.0], [1e39, 0.0]]), np.zeros((2, 1))),
+        )  # fmt: skip
+    assert solve_lp(p, warm_start=(np.zeros(2), np.full(1, 1e3))).status == Status.OPTIMAL
+
+
+def test_nan_data_is_named_by_the_row_or_column_name():
+    ok = dict(c=[1.0, 1.0], A=[[1.0, 1.0]], row_lower=[1.0], row_upper=[2.0],
+              var_lower=[0.0, 0.0], var_upper=[1.0, 1.0], row_names=["cap"],
+              col_names=["x", "y"])  # fmt: skip
+    with pytest.raises(ValueError, match="row_lower contains NaN at row 'cap' \\(index 0\\)"):
+        LP(**{**ok, "row_lower": [np.nan]})
+    with pytest.raises(ValueError, match="c contains NaN at column 'y' \\(index 1\\)"):
+        LP(**{**ok, "c": [1.0, np.nan]})
+    with pytest.raises(ValueError, match="var_upper contains NaN at column 'x' \\(index 0\\)"):
+        LP(**{**ok, "var_upper": [np.nan, 1.0]})
