@@ -94,31 +94,6 @@ _FLOAT32_STALL = (
 )
 
 
-# a scaled cost this many times the norm of all the others sets s_c on its own
-_COST_OUTLIER = 1e6
-
-
-def _objective_scale_hint(lp: LP, scaling: Scaling) -> str:
-    """Appended to an ITERATION_LIMIT or TIME_LIMIT message where one column's scaled cost
-    ``|c_j| / D_c[j]`` is at least ``_COST_OUTLIER`` times the norm of all the others:
-    ``s_c`` then shrinks every other scaled cost to the solver's rounding (a column whose
-    entries are all tiny, e.g. one coefficient of 1e-12, gets a tiny ``D_c``). Empty
-    otherwise."""
-    if scaling.objective == 1.0:  # scale_bounds off
-        return ""
-    scaled = np.abs(lp.c) / scaling.col
-    j = int(np.argmax(scaled))
-    others = float(np.linalg.norm(np.delete(scaled, j)))
-    if others == 0.0 or scaled[j] < _COST_OUTLIER * others:
-        return ""
-    return (
-        f" (the objective scaling is set by {lp.col_label(j)} alone, whose scaled cost is "
-        f"{scaled[j] / others:.1e} times the norm of the others: its matrix entries are tiny "
-        "next to its cost; LPOptions(scale_bounds=False) turns the bound and objective "
-        "scaling off, or rescale that column)"
-    )
-
-
 class LPOptions(NamedTuple):
     # relative KKT: primal residual / (1 + ||row bounds||), dual residual / (1 + ||c||)
     # and gap / (1 + |primal| + |dual|), as cuPDLPx. Relative to the whole bound vector: a
@@ -986,12 +961,7 @@ def solve_lp(
         dual_bound=bound,
         status=status,
         message=MESSAGES[status]
-        + (_FLOAT32_STALL if dtype == np.float32 and status == Status.ITERATION_LIMIT else "")
-        + (
-            _objective_scale_hint(lp, scaling)
-            if status in (Status.ITERATION_LIMIT, Status.TIME_LIMIT)
-            else ""
-        ),
+        + (_FLOAT32_STALL if dtype == np.float32 and status == Status.ITERATION_LIMIT else ""),
         iterations=int(state.iterations),
         primal_residual=primal,
         dual_residual=dual,

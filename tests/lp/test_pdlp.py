@@ -759,22 +759,28 @@ def test_kkt_counts_an_equality_rows_bound_once_and_does_not_overflow():
     assert float(primal) == pytest.approx(np.sqrt(5) * 1e19 / (1 + np.sqrt(5) * 1e19), rel=1e-5)
 
 
-def test_a_limit_names_the_column_whose_scaled_cost_sets_the_objective_scaling():
-    """A column whose only entry is 1e-12 gets a column scale near 1e-12, its scaled cost
-    ~1e12 sets ``s_c`` alone and the other costs shrink to rounding: the solve stops at the
-    iteration limit, and its message says why and what helps; unscaled costs solve it."""
-    p = LP([1.0, 1.0], np.array([[1.0, 1e-12]]), [1.0], [np.inf], [0, 0], [np.inf, 5],
-           col_names=["x", "tiny"])  # fmt: skip
-    stalled = solve_lp(p, LPOptions(max_iterations=2000))
-    assert stalled.status == Status.ITERATION_LIMIT
-    assert "column 'tiny'" in stalled.message and "scale_bounds=False" in stalled.message
-    solved = solve_lp(p, LPOptions(scale_bounds=False))
+def test_a_column_of_tiny_entries_no_longer_sets_the_objective_scaling_alone():
+    """A column whose only entry is 1e-12 gets a column scale near 1e-12 and a scaled cost
+    near 1e12; in the plain norm that set ``s_c`` alone and shrank the other costs to
+    rounding (ITERATION_LIMIT at 1.07 on the first LP, at -0.60 against the optimum on the
+    second). Left out of the norm, both solve; an LP without such a column keeps PDLP's
+    ``s_c``."""
+    p = LP([1.0, 1.0], np.array([[1.0, 1e-12]]), [1.0], [np.inf], [0, 0], [np.inf, 5])
+    solved = solve_lp(p)
     assert solved.status == Status.OPTIMAL
     np.testing.assert_allclose(solved.objective, 1.0, rtol=1e-4)
-    assert "objective scaling" not in solved.message
-    # an ordinary LP that stops at its limit gets no such hint
-    q = LP([1.0, 2.0], np.array([[1.0, 1.0]]), [1.0], [np.inf], [0, 0], [np.inf, np.inf])
-    assert "objective scaling" not in solve_lp(q, LPOptions(max_iterations=1)).message
+    base = instances.random_sparse(20, 30, 0.15)
+    tiny = sp.csr_array(([1e-12], ([0], [0])), shape=(20, 1))
+    q = LP(np.r_[base.c, 1.0], sp.hstack([base.A, tiny]).tocsr(), base.row_lower,
+           base.row_upper, np.r_[base.var_lower, 0.0], np.r_[base.var_upper, 5.0])  # fmt: skip
+    solved = solve_lp(q)
+    assert solved.status == Status.OPTIMAL
+    np.testing.assert_allclose(solved.objective, highs(q).fun, rtol=1e-4)
+    from jaxopt_suite.lp.precondition import bound_objective_scales, equilibrate
+
+    row, col, _ = equilibrate(base.A)
+    plain = 1.0 / (np.linalg.norm(base.c / col) + 1.0)
+    assert bound_objective_scales(base, row, col)[1] == plain
 
 
 def test_batch_warm_start_and_dual_bound_inputs_are_checked_as_the_lp_checks_its_own():
@@ -828,3 +834,23 @@ def test_nan_data_is_named_by_the_row_or_column_name():
         LP(**{**ok, "c": [1.0, np.nan]})
     with pytest.raises(ValueError, match="var_upper contains NaN at column 'x' \\(index 0\\)"):
         LP(**{**ok, "var_upper": [np.nan, 1.0]})
+
+
+def test_the_suites_lps_keep_pdlps_objective_scaling():
+    """The outlier rule of ``s_c`` changes nothing on the ``lp`` and ``pwl`` suites' LPs: on
+    each, the largest scaled cost is far below ``COST_OUTLIER`` times the norm of the rest."""
+    from benchmarks import lp as lp_suite
+    from jaxopt_suite.lp.precondition import COST_OUTLIER, bound_objective_scales, equilibrate
+    from jaxopt_suite.pwl import instances as pwl_instances
+
+    lps = list(lp_suite._instances(quick=False))
+    lps += [pwl_instances.build(spec).compile().lp for spec in pwl_instances.SUITE]
+    assert len(lps) == 50
+    worst = 0.0
+    for p in lps:
+        row, col, _ = equilibrate(p.A)
+        scaled = np.sort(np.abs(p.c) / col)
+        worst = max(worst, scaled[-1] / np.linalg.norm(scaled[:-1]))
+        plain = 1.0 / (np.linalg.norm(p.c / col) + 1.0)
+        assert bound_objective_scales(p, row, col)[1] == plain
+    assert worst < 2.0 < COST_OUTLIER
