@@ -480,7 +480,17 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
     by the ray's entries on them (:func:`_weighted_scale`; a large bound that the ray does
     not use leaves it alone); likewise ``V (1 + C) <= tol D`` for a primal ray of descent
     ``D``, ``C`` the costs weighted by the ray. A heuristic at the data's scale, as every
-    first-order certificate is, not a proof."""
+    first-order certificate is, not a proof.
+
+    ``R`` and ``D`` must also stand above their own rounding: above ``8 u sqrt(m + n + 1)``
+    (``u`` the working float's machine epsilon) times the sum of the sizes of their terms.
+    Where the feasible set is one point (``x = 0`` pinned, a PWL argument at the end of its
+    breakpoints), the dual iterates run off along a ray whose exact objective is 0 and whose
+    violation is 0; its computed objective was rounding, 0.4 ``u`` of its terms' size in
+    float32 and float64, and positive: a feasible LP was reported PRIMAL_INFEASIBLE.
+    A genuine certificate stands far above it (``x >= 1, x <= 1 - 1e-3``: 5e-4)."""
+    m, n = data.row_lower_raw.shape[0], data.var_lower_raw.shape[0]
+    floor = 8.0 * float(jnp.finfo(data.c.dtype).eps) * math.sqrt(m + n + 1)
     dx, dy = dx_s * data.x_unscale, dy_s * data.y_unscale
     lc, uc = data.row_lower_raw, data.row_upper_raw
     lv, uv = data.var_lower_raw, data.var_upper_raw
@@ -496,11 +506,14 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
         jnp.isfinite(uv), 0.0, jnp.minimum(lam, 0.0)
     )
     dyn_ok, lam_ok = dyn - bad_dy, lam - bad_lam
-    ray_obj = _total(
-        jnp.maximum(dyn_ok, 0.0) * _finite_part(lc) - jnp.maximum(-dyn_ok, 0.0) * _finite_part(uc)
-    ) + _total(
-        jnp.maximum(lam_ok, 0.0) * _finite_part(lv) - jnp.maximum(-lam_ok, 0.0) * _finite_part(uv)
-    )
+    row_terms = jnp.maximum(dyn_ok, 0.0) * _finite_part(lc) - jnp.maximum(
+        -dyn_ok, 0.0
+    ) * _finite_part(uc)
+    col_terms = jnp.maximum(lam_ok, 0.0) * _finite_part(lv) - jnp.maximum(
+        -lam_ok, 0.0
+    ) * _finite_part(uv)
+    ray_obj = _total(row_terms) + _total(col_terms)
+    ray_size = _total(jnp.abs(row_terms)) + _total(jnp.abs(col_terms))
     violation = jnp.sqrt(_dot(bad_dy, bad_dy) + _dot(bad_lam, bad_lam))
     # (dyn_ok is positive only where lc is finite and negative only where uc is: the sides
     # its objective uses; lam_ok likewise with lv, uv)
@@ -513,7 +526,9 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
         ]
     )
     primal_infeasible = (
-        (ray_obj > 0.0) & (violation * bound_scale <= tol * ray_obj) & (dy_norm > 1e-12)
+        (ray_obj > floor * ray_size)
+        & (violation * bound_scale <= tol * ray_obj)
+        & (dy_norm > 1e-12)
     )
     # Primal ray dx (dual infeasibility): c^T dx < 0, A dx in the rows' recession cone,
     # dx in the variable bounds' recession cone.
@@ -527,10 +542,13 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
         jnp.isfinite(uv), jnp.maximum(dxn, 0.0), 0.0
     )
     descent = -_dot(data.c_raw, dxn)
+    descent_size = _total(jnp.abs(data.c_raw * dxn))
     cost_scale = 1.0 + _weighted_scale([(dxn, data.c_raw)])
     violation = jnp.sqrt(_dot(row_bad, row_bad) + _dot(var_bad, var_bad))
     dual_infeasible = (
-        (descent > 0.0) & (violation * cost_scale <= tol * descent) & (dx_norm > 1e-12)
+        (descent > floor * descent_size)
+        & (violation * cost_scale <= tol * descent)
+        & (dx_norm > 1e-12)
     )
     return primal_infeasible, dual_infeasible
 

@@ -854,3 +854,19 @@ def test_the_suites_lps_keep_pdlps_objective_scaling():
         plain = 1.0 / (np.linalg.norm(p.c / col) + 1.0)
         assert bound_objective_scales(p, row, col)[1] == plain
     assert worst < 2.0 < COST_OUTLIER
+
+
+def test_a_feasible_set_of_one_point_is_not_certified_infeasible():
+    """``x = 0`` pinned, ``l0 + l1 = 1``, ``x = 10 l1``: the only feasible point is ``(0, 1,
+    0)``. Its dual optimal set is unbounded along a ray of exact objective 0 and no
+    violation, and the iterates run off along it; the ray's computed objective, rounding
+    (0.4 machine epsilons of its terms' size), was positive and the LP was reported
+    PRIMAL_INFEASIBLE, alone and in a batch."""
+    p = LP([0.0, 0.0, -5.0], np.array([[0.0, 1.0, 1.0], [1.0, 0.0, -10.0]]), [1.0, 0.0],
+           [1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 1.0])  # fmt: skip
+    solved = solve_lp(p)
+    assert solved.status == Status.OPTIMAL, solved.message
+    np.testing.assert_allclose(solved.objective, 0.0, atol=1e-4)
+    batch = solve_lp_batch(p, np.zeros((2, 3)), np.array([[0.0, 1, 1], [1.0, 1, 1]]))
+    np.testing.assert_array_equal(batch.status, [Status.OPTIMAL, Status.OPTIMAL])
+    np.testing.assert_allclose(batch.objective, [0.0, -0.5], atol=1e-3)

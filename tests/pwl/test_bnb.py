@@ -619,3 +619,32 @@ def test_no_polish_starts_after_the_time_limit(monkeypatch):
     before = time.perf_counter()
     solve_pwl(model, PWLOptions(time_limit=30.0))
     assert deadlines and all(before + 30.0 <= d <= time.perf_counter() + 30.0 for d in deadlines)
+
+
+def _pinned_models():
+    """Feasible models whose only feasible argument is an end of a PWL term's breakpoints
+    (the objective pushing inwards): the root relaxation's feasible set is one point."""
+    a = PWLModel("pinned_bound")
+    x = a.add_variable(0, 0, name="x")  # e.g. a closed arc
+    a.minimize({a.add_pwl(x, [0, 10], [0, -5], name="f"): 1.0})
+    b = PWLModel("pinned_row")
+    x = b.add_variable(-10, 10, name="x")
+    b.add_constraint({x: 1.0}, 2, 2)
+    b.minimize({b.add_pwl(x, [2, 5], [4, -4], name="f"): 1.0})
+    c = PWLModel("touching_bounds")
+    x = c.add_variable(-2, 4, name="x")
+    c.maximize({c.add_pwl(x, [-3, -2], [-1, -4], name="f"): 1.0})
+    return [(a, 0.0), (b, 4.0), (c, -4.0)]
+
+
+@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("x64", [True, False])
+def test_a_pwl_argument_pinned_at_a_breakpoint_end_is_feasible(index, x64):
+    """The dual iterates of such a root run off along a ray whose exact objective is 0; its
+    rounding error was taken for a positive ray objective, and the feasible model came back
+    INFEASIBLE with a false proof (float32 and float64)."""
+    model, optimum = _pinned_models()[index]
+    with jax.enable_x64(x64):
+        sol = solve_pwl(model)
+    assert sol.status == MIPStatus.OPTIMAL, sol.message
+    np.testing.assert_allclose(sol.objective, optimum, atol=1e-4)
