@@ -442,7 +442,8 @@ class _Solver:
         # incumbent), so the reported bound never exceeds it
         self.closed = math.inf
         self.heuristics: list[_Job] = []
-        self.running: list[float] = []  # bounds of node jobs in flight
+        # bounds of the node jobs in flight or not yet processed, by slot
+        self.running: dict[int, float] = {}
         self.polish_failures = 0
         self.projection_failures = 0  # node points that _project could not make feasible
         self.deadline = math.inf  # perf_counter time of the time limit (set by run)
@@ -569,7 +570,7 @@ class _Solver:
         self.incumbent_report = (lp_x.copy(), values, violation)
         if math.isnan(self.first_time):
             self.first_time = elapsed
-        bound = self.bound(self.running)
+        bound = self.bound(list(self.running.values()))
         self.history.append((elapsed, self.nodes, self.sign * self.incumbent, self.sign * bound))
         for i in self.store.prune_above(self._cutoff()):
             self.closed = min(self.closed, float(self.store.bound[i]))
@@ -811,11 +812,13 @@ class _Solver:
             stat = batch.status
             done = [i for i, job in enumerate(slots) if job is not None and stat[i] >= 0]
             elapsed = time.perf_counter() - start
-            self.running = [
-                j.bound
-                for i, j in enumerate(slots)
-                if j is not None and j.kind == "node" and i not in done
-            ]
+            # every node job not yet processed, the stopped ones included until their turn
+            # below: an incumbent found meanwhile records the bound over all of them (the
+            # stopped ones have left the store; without them the recorded bound fell to the
+            # incumbent, above the optimum)
+            self.running = {
+                i: j.bound for i, j in enumerate(slots) if j is not None and j.kind == "node"
+            }
             if done:
                 sol = batch_solution(batch, slots=done)
                 for row, i in enumerate(done):
@@ -827,6 +830,7 @@ class _Solver:
                         break
                     if job.kind == "node":
                         root_done = True
+                        del self.running[i]
                 if status is not None:
                     break
             if not math.isfinite(self.incumbent) and not self.heuristics:

@@ -648,3 +648,24 @@ def test_a_pwl_argument_pinned_at_a_breakpoint_end_is_feasible(index, x64):
         sol = solve_pwl(model)
     assert sol.status == MIPStatus.OPTIMAL, sol.message
     np.testing.assert_allclose(sol.objective, optimum, atol=1e-4)
+
+
+def test_every_bound_in_the_history_is_a_bound():
+    """An incumbent found while a round's stopped node jobs were still being read recorded
+    the bound of the store and the jobs in flight only; the stopped nodes had left both, so
+    the recorded bound fell to the incumbent, above the optimum (here -16.476 against
+    -24.714 at the second entry)."""
+    m = PWLModel()
+    x0, x1, x2, x3 = (m.add_variable(lo, hi) for lo, hi in [(-2, 1), (-3, 5), (0, 4), (-1, 5)])
+    f = m.add_pwl(x2, [-4, 0, 1, 3, 4], [4, -6, 2, 1, -5])
+    g = m.add_pwl(x3, [-7, -4, -3, 2, 4], [5, -2, -1, -2, 2])
+    h = m.add_pwl(x2, [-4, -2, -1, 6], [2, 3, -4, 1])
+    m.add_constraint({g: 1, x0: -3, x3: 2, x1: -2, f: 2}, 3, 3)
+    m.minimize({x0: -1, x1: 3, x3: -3, f: 1, g: 1, h: -3}, -1)
+    optimum = brute_force(m)
+    sol = solve_pwl(m, PWLOptions(batch_size=8))
+    assert sol.status == MIPStatus.OPTIMAL
+    np.testing.assert_allclose(sol.objective, optimum, atol=1e-4)
+    assert len(sol.history) >= 2
+    for _, _, incumbent, bound in sol.history:
+        assert bound <= optimum + 1e-6 <= incumbent + 2e-6
