@@ -53,6 +53,21 @@ def _real(value: Any, what: str) -> float:
         raise TypeError(f"{what} must be a real number, got {value!r}") from None
 
 
+def _field(entry: Any, key: str, what: str) -> Any:
+    """``entry[key]`` of a model description, or a ValueError naming ``what`` and ``key``."""
+    if not isinstance(entry, Mapping) or key not in entry:
+        raise ValueError(f"{what}: the description has no {key!r}")
+    return entry[key]
+
+
+def _stored_number(value: Any, what: str) -> float:
+    """A bound or side of a model description: a real number, or ``"inf"`` / ``"-inf"`` as
+    :meth:`PWLModel.to_dict` writes infinite ones (other strings and bools are refused)."""
+    if isinstance(value, str) and value in ("inf", "-inf"):
+        return float(value)
+    return _real(value, what)
+
+
 @dataclasses.dataclass(frozen=True)
 class PWLTerm:
     """``z = f(x)``: ``x`` the argument, ``breakpoints`` ``d`` (K+1,), ``values`` ``f``."""
@@ -399,45 +414,54 @@ class PWLModel:
             raise ValueError(f"not a PWL model description (format {data.get('format')!r})")
         model = cls(str(data.get("name", "pwl")))
         by_name: dict[str, Var] = {}
-        for entry in data["variables"]:
-            name = entry["name"]
+        for entry in _field(data, "variables", "the model"):
+            name = _field(entry, "name", "a variable")
             if name in by_name:
                 raise ValueError(f"variable name {name!r} appears twice")
             if "pwl" in entry:
                 spec = entry["pwl"]
-                if spec["x"] not in by_name:
-                    raise ValueError(
-                        f"PWL term {name!r}: argument {spec['x']!r} is not defined before it"
-                    )
+                what = f"PWL term {name!r}"
+                argument = _field(spec, "x", what)
+                if argument not in by_name:
+                    raise ValueError(f"{what}: argument {argument!r} is not defined before it")
                 by_name[name] = model.add_pwl(
-                    by_name[spec["x"]], spec["breakpoints"], spec["values"], name=name
+                    by_name[argument],
+                    _field(spec, "breakpoints", what),
+                    _field(spec, "values", what),
+                    name=name,
                 )
             else:
+                what = f"variable {name!r}"
                 by_name[name] = model.add_variable(
-                    float(entry["lower"]), float(entry["upper"]), name=name
+                    _stored_number(_field(entry, "lower", what), f"{what}: lower bound"),
+                    _stored_number(_field(entry, "upper", what), f"{what}: upper bound"),
+                    name=name,
                 )
 
         def linear(terms: Mapping[str, float], what: str) -> dict[Var, float]:
             unknown = [k for k in terms if k not in by_name]
             if unknown:
                 raise ValueError(f"{what}: unknown variable {unknown[0]!r}")
-            return {by_name[k]: float(v) for k, v in terms.items()}
+            return {by_name[k]: _real(v, f"{what}: coefficient of {k!r}") for k, v in terms.items()}
 
-        for row in data["constraints"]:
+        for row in _field(data, "constraints", "the model"):
+            what = f"constraint {_field(row, 'name', 'a constraint')!r}"
             model.add_constraint(
-                linear(row["terms"], f"constraint {row['name']!r}"),
-                float(row["lower"]),
-                float(row["upper"]),
+                linear(_field(row, "terms", what), what),
+                _stored_number(_field(row, "lower", what), f"{what}: lower side"),
+                _stored_number(_field(row, "upper", what), f"{what}: upper side"),
                 name=row["name"],
             )
-        objective = data["objective"]
-        terms = linear(objective["terms"], "objective")
-        if objective["sense"] not in ("min", "max"):
-            raise ValueError(f"objective sense must be 'min' or 'max', got {objective['sense']!r}")
-        if objective["sense"] == "max":
-            model.maximize(terms, objective.get("constant", 0.0))
+        objective = _field(data, "objective", "the model")
+        terms = linear(_field(objective, "terms", "the objective"), "objective")
+        sense = _field(objective, "sense", "the objective")
+        if sense not in ("min", "max"):
+            raise ValueError(f"objective sense must be 'min' or 'max', got {sense!r}")
+        constant = _real(objective.get("constant", 0.0), "objective: constant")
+        if sense == "max":
+            model.maximize(terms, constant)
         else:
-            model.minimize(terms, objective.get("constant", 0.0))
+            model.minimize(terms, constant)
         return model
 
     # -- evaluation ----------------------------------------------------------------------

@@ -183,6 +183,41 @@ def test_dict_round_trip_rebuilds_the_same_lp():
         PWLModel.from_dict(data)
 
 
+def test_a_description_is_checked_as_the_builder_checks_its_input():
+    """``from_dict`` read bounds with ``float()``: "0.05" and True passed where the builder
+    refuses them, "abc" failed with no variable named, a missing key raised a bare
+    KeyError."""
+    m, _ = small_model()
+    first = m.to_dict()["variables"][0]["name"]
+    cases = [
+        (("variables", 0, "lower"), "abc", TypeError, f"variable '{first}': lower bound"),
+        (("variables", 0, "lower"), "0.05", TypeError, f"variable '{first}': lower bound"),
+        (("variables", 0, "upper"), True, TypeError, f"variable '{first}': upper bound"),
+        (("constraints", 0, "lower"), "1", TypeError, "constraint .*: lower side"),
+        (("objective", "constant"), "2", TypeError, "objective: constant"),
+    ]
+    for path, value, error, match in cases:
+        data = m.to_dict()
+        entry = data
+        for key in path[:-1]:
+            entry = entry[key]
+        entry[path[-1]] = value
+        with pytest.raises(error, match=match):
+            PWLModel.from_dict(data)
+    data = m.to_dict()
+    del data["variables"][0]["lower"]
+    with pytest.raises(ValueError, match=f"variable '{first}': the description has no 'lower'"):
+        PWLModel.from_dict(data)
+    data = m.to_dict()
+    del data["constraints"]
+    with pytest.raises(ValueError, match="the model: the description has no 'constraints'"):
+        PWLModel.from_dict(data)
+    data = m.to_dict()
+    next(iter(data["constraints"]))["terms"].update({first: "3"})
+    with pytest.raises(TypeError, match=f"coefficient of '{first}'"):
+        PWLModel.from_dict(data)
+
+
 def test_names_are_unique_and_vars_belong_to_their_model():
     m = PWLModel()
     x = m.add_variable(0.0, 1.0, name="x")
