@@ -486,9 +486,11 @@ def _certificates(data: _Data, dx_s, dy_s, tol):
     (``u`` the working float's machine epsilon) times the sum of the sizes of their terms.
     Where the feasible set is one point (``x = 0`` pinned, a PWL argument at the end of its
     breakpoints), the dual iterates run off along a ray whose exact objective is 0 and whose
-    violation is 0; its computed objective was rounding, 0.4 ``u`` of its terms' size in
-    float32 and float64, and positive: a feasible LP was reported PRIMAL_INFEASIBLE.
-    A genuine certificate stands far above it (``x >= 1, x <= 1 - 1e-3``: 5e-4)."""
+    violation is 0; its computed objective, rounding well under ``u`` of its terms' size,
+    came out positive, and a feasible LP was reported PRIMAL_INFEASIBLE (float32 and
+    float64; ``tests/lp/test_pdlp.py``). A genuine certificate stands far above the floor:
+    for ``x >= 1, x <= 1 - 1e-3`` the ray ``(1, -1) / sqrt(2)`` has objective
+    ``1e-3 / sqrt(2)``, 5e-4 of its terms' size."""
     m, n = data.row_lower_raw.shape[0], data.var_lower_raw.shape[0]
     floor = 8.0 * float(jnp.finfo(data.c.dtype).eps) * math.sqrt(m + n + 1)
     dx, dy = dx_s * data.x_unscale, dy_s * data.y_unscale
