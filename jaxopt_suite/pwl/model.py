@@ -410,6 +410,8 @@ class PWLModel:
     @classmethod
     def from_dict(cls, data: Mapping) -> PWLModel:
         """The model described by ``data`` (as written by :meth:`to_dict`)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"not a PWL model description (a {type(data).__name__})")
         if data.get("format") != "jaxopt_suite.pwl/1":
             raise ValueError(f"not a PWL model description (format {data.get('format')!r})")
         model = cls(str(data.get("name", "pwl")))

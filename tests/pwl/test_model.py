@@ -208,6 +208,8 @@ def test_a_description_is_checked_as_the_builder_checks_its_input():
     del data["variables"][0]["lower"]
     with pytest.raises(ValueError, match=f"variable '{first}': the description has no 'lower'"):
         PWLModel.from_dict(data)
+    with pytest.raises(ValueError, match="not a PWL model description \\(a list\\)"):
+        PWLModel.from_dict([m.to_dict()])
     data = m.to_dict()
     del data["constraints"]
     with pytest.raises(ValueError, match="the model: the description has no 'constraints'"):
