@@ -85,8 +85,13 @@ def _text_lines(path: Path) -> list[str]:
     """The file's lines as text: UTF-8, except comment lines (``*``), which are only
     skipped and may hold any bytes (a Latin-1 comment is common); other bytes that are not
     UTF-8 raise :class:`MPSError` with the line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        pass  # line by line, to tell comments from content and name the line
     lines = []
-    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+    for number, raw in enumerate(data.splitlines(), start=1):
         try:
             lines.append(raw.decode("utf-8"))
         except UnicodeDecodeError as error:
@@ -426,9 +431,10 @@ class _Reader:
                 )
             row_lower[i], row_upper[i] = lo, hi
         var_lower, var_upper = np.zeros(n), np.full(n, np.inf)
-        for j in range(n):  # an integer column with no bound line is binary (docstring)
-            if self.integer[j] and j not in self.lower and j not in self.upper:
-                var_upper[j] = 1.0
+        # an integer column with no bound line is binary (module docstring)
+        bounded = np.zeros(n, bool)
+        bounded[list(self.lower.keys() | self.upper.keys())] = True
+        var_upper[np.array(self.integer, bool) & ~bounded] = 1.0
         for j, value in self.lower.items():
             var_lower[j] = value
         for j, value in self.upper.items():

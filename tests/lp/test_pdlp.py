@@ -810,9 +810,13 @@ def test_batch_warm_start_and_dual_bound_inputs_are_checked_as_the_lp_checks_its
 
 def test_a_finite_warm_start_beyond_float32_is_an_input_error():
     """A warm start of 1e39 passed the finiteness check, overflowed float32 on the device
-    and ended NUMERICAL_ERROR with NaN; it is the input's error, named, in both paths."""
-    if jnp.result_type(float) != jnp.float32:
-        pytest.skip("float32 solver only")
+    and ended NUMERICAL_ERROR with NaN; it is the input's error, named, in both paths
+    (the solver in float32, whatever the session's setting)."""
+    with jax.enable_x64(False):
+        _check_float32_warm_starts()
+
+
+def _check_float32_warm_starts():
     p = LP([1.0, 1.0], np.array([[1.0, 1.0]]), [1.0], [np.inf], [0, 0], [np.inf, np.inf])
     with pytest.raises(ValueError, match="warm_start y at 0 is .* beyond the solver's float32"):
         solve_lp(p, warm_start=(np.zeros(2), np.full(1, 1e39)))
