@@ -144,6 +144,33 @@ class PWLOptions(NamedTuple):
 PROJECTION_VIOLATION = 1e-9
 PROJECTION_TRIES = 4
 
+# The objective scale (objective_scale): a node LP stops on PDLP's relative KKT test, whose
+# gap term is |p - d| <= tolerance * (1 + |p| + |d|) and whose dual residual is measured
+# against 1 + ||c||. Where the relaxation's optimum is small (|p| << 1) the 1s dominate and a
+# node's safe bound may sit `tolerance` below its optimum in absolute terms, which the
+# search's relative gap, a multiple of |p|, cannot absorb: pruning stalls. So once the root
+# is solved the search multiplies the objective by a factor that brings that absolute floor
+# (`tolerance / scale` in the model's units) down to OBJECTIVE_SCALE_SHARE of the gap it
+# must close at the root's optimum. Never below 1 (a large optimum already makes the test
+# relative) nor above MAX_OBJECTIVE_SCALE.
+OBJECTIVE_SCALE_SHARE = 0.1
+MAX_OBJECTIVE_SCALE = 1e4
+
+
+def objective_scale(estimate: float, options: PWLOptions) -> float:
+    """The factor the search multiplies the objective by (comment above
+    :data:`OBJECTIVE_SCALE_SHARE`), for a relaxation optimum of magnitude about
+    ``estimate`` and the (resolved) ``options``: ``tolerance / (share * slack)`` clipped
+    to ``[1, MAX_OBJECTIVE_SCALE]``, ``slack`` the gap the search closes at that optimum,
+    ``max(absolute_gap, relative_gap * |estimate|)``."""
+    if not math.isfinite(estimate):
+        return 1.0
+    slack = max(float(options.absolute_gap), float(options.relative_gap) * abs(estimate))
+    if slack <= 0:
+        return MAX_OBJECTIVE_SCALE
+    scale = float(options.lp.tolerance) / (OBJECTIVE_SCALE_SHARE * slack)
+    return float(min(MAX_OBJECTIVE_SCALE, max(1.0, scale)))
+
 
 class MIPSolution(NamedTuple):
     """``x``: model-variable values (``z`` included); ``objective`` and ``bound`` in the
@@ -406,7 +433,10 @@ class _Solver:
         # set when a ray was met: the rest of the status message (see _settle_ray)
         self.ray_detail: str | None = None
         lp = compiled.lp
-        self.lp = lp
+        self.lp = lp  # with its objective multiplied by self.scale once run() has set it
+        # the objective scale (objective_scale): every objective, bound and gap slack inside
+        # the search is in the scaled units; history, progress and the result are not
+        self.scale = 1.0
         self.sign = lp.objective_sign
         self.S = compiled.num_sets
         self.sizes = compiled.set_size
@@ -516,13 +546,14 @@ class _Solver:
                 return "no time", math.nan, None, -math.inf
             options = options._replace(time_limit=min(options.time_limit, left))
         lower, upper = self._bounds(lo, hi)
-        lp = self.lp
+        lp = self.compiled.lp  # unscaled: a polish wants the point, to its own tolerance
         restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset)
-        y0 = np.zeros(lp.num_rows) if y is None else y
+        y0 = np.zeros(lp.num_rows) if y is None else y / self.scale
         options = options._replace(tolerance=options.tolerance / tighter)
         sol = solve_lp(restricted, options, warm_start=(np.clip(x, lower, upper), y0))
         if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
-            return "optimal", float(sol.objective), sol.x, float(sol.dual_bound)
+            scale = self.scale
+            return "optimal", float(sol.objective) * scale, sol.x, float(sol.dual_bound) * scale
         if sol.status == Status.PRIMAL_INFEASIBLE:
             return "infeasible", math.nan, None, -math.inf
         return "unfinished", math.nan, None, -math.inf
@@ -571,7 +602,14 @@ class _Solver:
         if math.isnan(self.first_time):
             self.first_time = elapsed
         bound = self.bound(list(self.running.values()))
-        self.history.append((elapsed, self.nodes, self.sign * self.incumbent, self.sign * bound))
+        self.history.append(
+            (
+                elapsed,
+                self.nodes,
+                self.sign * self.incumbent / self.scale,
+                self.sign * bound / self.scale,
+            )
+        )
         for i in self.store.prune_above(self._cutoff()):
             self.closed = min(self.closed, float(self.store.bound[i]))
             self._take_warm(int(self.store.warm[i]))  # releases its share
@@ -600,7 +638,10 @@ class _Solver:
     def _cutoff(self) -> float:
         if not math.isfinite(self.incumbent):
             return math.inf
-        slack = max(self.options.absolute_gap, self.options.relative_gap * abs(self.incumbent))
+        slack = max(
+            self.options.absolute_gap * self.scale,
+            self.options.relative_gap * abs(self.incumbent),
+        )
         return self.incumbent - slack
 
     def bound(self, running: list[float] | None = None) -> float:
@@ -701,6 +742,42 @@ class _Solver:
         inside = (positions >= pairs[:, None]) & (positions <= pairs[:, None] + 1)
         return np.where(inside, 0.0, np.maximum(lam, 0.0)).sum(axis=1)
 
+    # -- the objective scale -------------------------------------------------------------
+
+    def _scale_objective(self, root_objective: float, root_bound: float) -> None:
+        """Sets :attr:`scale` from the root LP's objective and safe bound (the larger in
+        magnitude) and, where it is not 1, multiplies the LP's objective by it and moves
+        the search's state into those units: the open nodes' bounds, the incumbent, the
+        fallback, the closed and unresolved bounds, and the duals kept for warm starts.
+        Called once, when the root node has been processed and before any other node job
+        starts (the root's own LP stays in the unscaled units; its children are solved
+        scaled). Repair jobs and polishes run unscaled throughout (run, _polish)."""
+        sizes = [abs(v) for v in (root_objective, root_bound) if math.isfinite(v)]
+        if self.feasibility or not sizes or not np.any(self.lp.c):
+            return
+        scale = objective_scale(max(sizes), self.options)
+        if scale == 1.0:
+            return
+        lp = self.lp
+        self.lp = dataclasses.replace(
+            lp, c=lp.c * scale, objective_offset=lp.objective_offset * scale
+        )
+        self.scale = scale
+        self.store.bound[self.store.open] *= scale
+        self.incumbent *= scale
+        self.fallback = (self.fallback[0] * scale, self.fallback[1])
+        self.closed *= scale
+        self.unresolved = [b * scale for b in self.unresolved]
+        for entry in self.warm.values():
+            if entry[1] is not None:
+                entry[1] = entry[1] * scale
+        self.heuristics = [
+            job._replace(warm=(job.warm[0], job.warm[1] * scale))
+            if job.warm is not None and job.warm[1] is not None
+            else job
+            for job in self.heuristics
+        ]
+
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> MIPSolution:
@@ -709,8 +786,7 @@ class _Solver:
         limit = opts.time_limit
         self.deadline = math.inf if limit is None else start + limit
         B = int(opts.batch_size)
-        lp = self.lp
-        m, n = lp.num_rows, lp.num_cols
+        m, n = self.lp.num_rows, self.lp.num_cols
         root_lo = np.zeros(self.S, np.int32)
         root_hi = (self.sizes - 1).astype(np.int32)
         self.store.push(root_lo, root_hi, -math.inf, 0, -1)
@@ -720,7 +796,7 @@ class _Solver:
         widths = sorted({max(1, B // 4**k) for k in range(12)})
         width = widths[0]
         batch = batch_start(
-            lp, np.tile(lower, (width, 1)), np.tile(upper, (width, 1)), options=opts.lp
+            self.lp, np.tile(lower, (width, 1)), np.tile(upper, (width, 1)), options=opts.lp
         )
         batch = batch_park(batch, np.arange(width))
         slots: list[_Job | None] = [None] * width
@@ -787,9 +863,14 @@ class _Solver:
                     lo_b, up_b = self._bounds(job.lo, job.hi)
                     lows.append(lo_b)
                     ups.append(up_b)
-                    costs.append(lp.c if job.costs is None else job.costs)
                     wx = np.zeros(n) if job.warm is None or job.warm[0] is None else job.warm[0]
                     wy = np.zeros(m) if job.warm is None or job.warm[1] is None else job.warm[1]
+                    if job.kind == "repair":  # unscaled: its point is polished anyway
+                        costs.append(self.compiled.lp.c)
+                        wy = wy / self.scale
+                    else:
+                        # (self.lp: its objective is scaled once the root is processed)
+                        costs.append(self.lp.c if job.costs is None else job.costs)
                     xs.append(np.clip(wx, lo_b, up_b))
                     ys.append(wy)
                 batch = batch_refill(
@@ -829,6 +910,10 @@ class _Solver:
                         status = result
                         break
                     if job.kind == "node":
+                        if not root_done:
+                            self._scale_objective(
+                                float(sol.objective[row]), float(sol.dual_bound[row])
+                            )
                         root_done = True
                         del self.running[i]
                 if status is not None:
@@ -950,9 +1035,8 @@ class _Solver:
         if not math.isfinite(self.incumbent):
             return False
         gap = self.incumbent - bound
-        return gap <= self.options.absolute_gap or gap <= self.options.relative_gap * max(
-            abs(self.incumbent), 1e-9
-        )
+        relative = self.options.relative_gap * max(abs(self.incumbent), 1e-9)
+        return gap <= self.options.absolute_gap * self.scale or gap <= relative
 
     @property
     def has_point(self) -> bool:
@@ -971,9 +1055,10 @@ class _Solver:
     def _process(self, job: _Job, sol, row: int, elapsed: float) -> MIPStatus | None:
         st = Status(int(sol.status[row]))
         x, y = sol.x[row], sol.y[row]
-        if job.kind == "repair":
-            if st == Status.OPTIMAL and sol.objective[row] < self.incumbent:
-                self._offer(job.lo, job.hi, x, y, float(sol.objective[row]), elapsed)
+        if job.kind == "repair":  # solved unscaled (run)
+            objective = float(sol.objective[row]) * self.scale
+            if st == Status.OPTIMAL and objective < self.incumbent:
+                self._offer(job.lo, job.hi, x, y * self.scale, objective, elapsed)
             return None
         if job.kind == "pump":
             if st in (Status.OPTIMAL, Status.ITERATION_LIMIT) and np.all(np.isfinite(x)):
@@ -1100,11 +1185,12 @@ class _Solver:
         return repair_rows(lp.A, lp.row_lower, lp.row_upper, lower, upper, lp_x)[0]
 
     def _report(self, lp_x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """``(LP point, model values, violation, objective in minimisation form)`` of the
-        point reported for the LP point ``lp_x``: of ``lp_x`` repaired onto its rows within
-        its SOS2 pairs, ``lp_x`` itself, and ``lp_x`` with ``z = f(x)`` exactly, those the
-        model's own check finds least violated (to 1e-9: rounding), and of them the best by
-        the objective evaluated on the model."""
+        """``(LP point, model values, violation, objective)`` of the point reported for
+        the LP point ``lp_x``: of ``lp_x`` repaired onto its rows within its SOS2 pairs,
+        ``lp_x`` itself, and ``lp_x`` with ``z = f(x)`` exactly, those the model's own check
+        finds least violated (to 1e-9: rounding), and of them the best by the objective
+        evaluated on the model (in minimisation form, in the search's units: times
+        :attr:`scale`)."""
         repaired = self._repaired(lp_x)
         points = [(p, self.compiled.model_values(p)) for p in (repaired, lp_x)]
         points.append((lp_x, self.model.snap(points[1][1])))
@@ -1118,11 +1204,13 @@ class _Solver:
             for pair, violation in admitted
         ]
         objective, (point, values), violation = min(scored, key=lambda item: item[0])
-        return point, values, violation, objective
+        return point, values, violation, objective * self.scale
 
     def _solution(
         self, status: MIPStatus, bound: float, elapsed: float, rounds: int
     ) -> MIPSolution:
+        closed = self._gap_closed(bound)  # in the search's units, as bound
+        bound = bound / self.scale
         inc, lp_x, polished = self.incumbent, self.incumbent_x, True
         if not math.isfinite(inc) and math.isfinite(self.fallback[0]):
             (inc, lp_x), polished = self.fallback, False
@@ -1180,7 +1268,7 @@ class _Solver:
                 if free.size
                 else "search complete, but with no finite bound (gap inf)"
             )
-        elif status == MIPStatus.OPTIMAL and not self._gap_closed(bound):
+        elif status == MIPStatus.OPTIMAL and not closed:
             which, advice = (
                 ("node LPs'", "leaves whose polishing LP did not finish kept their node bounds")
                 if "node" in self.loose
@@ -1219,7 +1307,7 @@ class _Solver:
         )
 
     def _print(self, elapsed: float, bound: float) -> None:
-        inc = self.sign * self.incumbent if math.isfinite(self.incumbent) else math.nan
+        inc = self.sign * self.incumbent / self.scale if math.isfinite(self.incumbent) else math.nan
         gap = (
             max(self.incumbent - bound, 0.0) / max(abs(self.incumbent), 1e-9)
             if math.isfinite(self.incumbent)
@@ -1228,7 +1316,7 @@ class _Solver:
         rate = self.nodes / elapsed if elapsed > 0 else 0.0
         print(
             f"{elapsed:8.1f}s  nodes {self.nodes:8d}  open {self.store.count():7d}  "
-            f"bound {self.sign * bound:14.7g}  incumbent {inc:14.7g}  gap {gap:9.3%}  "
-            f"nodes/s {rate:8.1f}",
+            f"bound {self.sign * bound / self.scale:14.7g}  incumbent {inc:14.7g}  "
+            f"gap {gap:9.3%}  nodes/s {rate:8.1f}",
             file=sys.stderr,
         )

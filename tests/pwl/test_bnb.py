@@ -669,3 +669,53 @@ def test_every_bound_in_the_history_is_a_bound():
     assert len(sol.history) >= 2
     for _, _, incumbent, bound in sol.history:
         assert bound <= optimum + 1e-6 <= incumbent + 2e-6
+
+
+def _objective_times(model, factor):
+    """``model`` with its objective (terms and constant) multiplied by ``factor``."""
+    data = model.to_dict()
+    objective = data["objective"]
+    objective["terms"] = {k: v * factor for k, v in objective["terms"].items()}
+    objective["constant"] *= factor
+    return PWLModel.from_dict(data)
+
+
+def test_objective_scale():
+    from jaxopt_suite.pwl.bnb import MAX_OBJECTIVE_SCALE, objective_scale, resolve_options
+
+    options = resolve_options(PWLOptions())  # node tolerance 1e-4, gaps 1e-4 and 1e-6
+    # a large optimum: PDLP's gap test is relative already
+    assert objective_scale(7805.0, options) == 1.0
+    assert objective_scale(-7805.0, options) == 1.0
+    # 0.0245 (the pwl suite's portfolios): the floor 1e-4 / scale is a tenth of 1e-4 * 0.0245
+    assert objective_scale(0.0245, options) == pytest.approx(1e-4 / (0.1 * 1e-4 * 0.0245))
+    # near 0 the absolute gap is what the search closes
+    assert objective_scale(0.0, options) == pytest.approx(1e-4 / (0.1 * 1e-6))
+    assert objective_scale(math.nan, options) == 1.0
+    exact = options._replace(absolute_gap=0.0)
+    assert objective_scale(0.0, exact) == MAX_OBJECTIVE_SCALE
+    assert objective_scale(1e-12, exact) == MAX_OBJECTIVE_SCALE
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_search_does_not_depend_on_the_objectives_units(seed):
+    # The node LPs stop on PDLP's test |p - d| <= tol (1 + |p| + |d|), whose 1 set an
+    # absolute floor of 1e-4 on their gaps: with the objective in units a thousand times
+    # larger (optima near 0.007), the safe bounds trailed by far more than the relative gap
+    # and seed 1 took 105 nodes where the model took 7. The search now scales the
+    # objective once the root is solved (bnb.objective_scale).
+    model = random_model(seed, functions=5, segments=6)
+    small = _objective_times(model, 1e-3)
+    options = PWLOptions(batch_size=8, node_limit=300, absolute_gap=1e-12)
+    exact = brute_force(model)
+    plain, scaled = solve_pwl(model, options), solve_pwl(small, options)
+    for sol, factor in ((plain, 1.0), (scaled, 1e-3)):
+        assert_gap_closed(sol, options)
+        assert sol.objective / factor == pytest.approx(exact, rel=1e-4)
+        assert sol.bound / factor <= exact + 1e-4 * abs(exact)
+        value, violation = evaluate(model, sol.x)
+        assert violation <= 1e-6 and value == pytest.approx(sol.objective / factor, rel=1e-9)
+        # history and bound in the model's units, not the search's
+        assert sol.history[-1][2] == pytest.approx(sol.objective, rel=1e-9)
+        assert all(b <= o + 1e-12 for _, _, o, b in sol.history)
+    assert scaled.nodes <= 2 * plain.nodes + 4
