@@ -566,20 +566,31 @@ class _Solver:
         polished LP's safe dual bound (a bound on the box ``[lo, hi]``; ``-inf`` with the
         other verdicts).
         ``"rejected"`` when the polished LP is infeasible (``x`` was no PWL point).
-        ``"fallback"`` when the polish runs out of time (or the search has none left): the
-        candidate is kept, feasible to the node tolerance only, as the answer if no polished
-        one turns up (``MIPSolution.polished`` says so), and never used to prune; after two
-        polishes that ran out of time, polishing stops (the LPs of this model are too slow
-        for it)."""
+        When the polish runs out of time (or the search has none left; after two polishes
+        that ran out of time, polishing stops: the LPs of this model are too slow for it),
+        ``"projected"`` if ``x`` moved onto the rows within its pairs meets the model to
+        rounding (:meth:`_report`, :data:`PROJECTION_VIOLATION`): a PWL point, kept if it
+        beats the incumbent, with its value on the model; else ``"fallback"``: the candidate
+        is kept, feasible to the node tolerance only, as the answer if no polished one turns
+        up (``MIPSolution.polished`` says so), and never used to prune."""
         state = "unfinished"
         if self.polish_failures < 2:
             state, polished_objective, polished_x, box_bound = self._polish(lo, hi, x, y)
         if state == "infeasible":
             return "rejected", -math.inf
         if state != "optimal":
+            self.polish_failures += state == "unfinished"
+            # the candidate moved onto the rows within its pairs may meet the model to
+            # rounding: then it is a PWL point whose value is its own (not an LP's), so it
+            # serves as an incumbent, as a projected node point does (_project)
+            if time.perf_counter() < self.deadline:
+                lp_x, values, violation, value = self._report(x)
+                if violation <= PROJECTION_VIOLATION:
+                    if value < self.incumbent:
+                        self._accept(lp_x, values, violation, value, elapsed)
+                    return "projected", -math.inf
             # feasible only to the node tolerance: kept as a fallback answer, never used to
             # prune (an objective a little below the true one would cut off the optimum)
-            self.polish_failures += state == "unfinished"
             if objective < self.fallback[0]:
                 self.fallback = (float(objective), x.copy())
                 if math.isnan(self.first_time):
@@ -1113,11 +1124,11 @@ class _Solver:
                 return None  # the node's optimum is that point (to the gap tolerances)
             if leaf:
                 # "accepted" here: its polished LP, the leaf's own, is solved but its bound
-                # is short of the cutoff; "fallback": the polish did not finish (or found no
-                # time left to start). Either way the leaf's optimum is known only to an
-                # LP's tolerance, which the result says (_solution). "rejected": the leaf
-                # holds no PWL point.
-                if verdict in ("accepted", "fallback"):
+                # is short of the cutoff; "fallback" or "projected": the polish did not
+                # finish (or found no time left to start). Either way the leaf's optimum is
+                # known only to an LP's tolerance, which the result says (_solution).
+                # "rejected": the leaf holds no PWL point.
+                if verdict in ("accepted", "fallback", "projected"):
                     self.closed = min(self.closed, bound)
                     if bound < self._cutoff():
                         self.loose.add("polishing" if verdict == "accepted" else "node")
