@@ -437,6 +437,9 @@ class _Solver:
         # the objective scale (objective_scale): every objective, bound and gap slack inside
         # the search is in the scaled units; history, progress and the result are not
         self.scale = 1.0
+        # what a node job's objective and bound lack of the scaled constant: the batch adds
+        # the LP's own objective_offset to every slot (_node_values)
+        self.offset_shift = 0.0
         self.sign = lp.objective_sign
         self.S = compiled.num_sets
         self.sizes = compiled.set_size
@@ -774,6 +777,7 @@ class _Solver:
             lp, c=lp.c * scale, objective_offset=lp.objective_offset * scale
         )
         self.scale = scale
+        self.offset_shift = (scale - 1.0) * lp.objective_offset
         self.store.bound[self.store.open] *= scale
         self.incumbent *= scale
         self.fallback = (self.fallback[0] * scale, self.fallback[1])
@@ -876,9 +880,12 @@ class _Solver:
                     ups.append(up_b)
                     wx = np.zeros(n) if job.warm is None or job.warm[0] is None else job.warm[0]
                     wy = np.zeros(m) if job.warm is None or job.warm[1] is None else job.warm[1]
+                    if job.kind != "node":
+                        # the duals a repair's unscaled LP or a pump's own objective start
+                        # from: the node's over the scale (the warm starts hold the node's)
+                        wy = wy / self.scale
                     if job.kind == "repair":  # unscaled: its point is polished anyway
                         costs.append(self.compiled.lp.c)
-                        wy = wy / self.scale
                     else:
                         # (self.lp: its objective is scaled once the root is processed)
                         costs.append(self.lp.c if job.costs is None else job.costs)
@@ -1046,7 +1053,7 @@ class _Solver:
         if not math.isfinite(self.incumbent):
             return False
         gap = self.incumbent - bound
-        relative = self.options.relative_gap * max(abs(self.incumbent), 1e-9)
+        relative = self.options.relative_gap * max(abs(self.incumbent), 1e-9 * self.scale)
         return gap <= self.options.absolute_gap * self.scale or gap <= relative
 
     @property
@@ -1062,6 +1069,20 @@ class _Solver:
             return MIPStatus.NODE_LIMIT
         # a complete search: optimal (to the node tolerance when only a fallback exists)
         return MIPStatus.OPTIMAL if self.has_point else MIPStatus.INFEASIBLE
+
+    def _node_values(self, sol, row: int) -> tuple[float, float]:
+        """A node job's LP objective and safe bound in the search's units. The batch adds
+        the unscaled objective_offset ``K`` of the LP it started with to ``scale * c^T x``;
+        the search's units want ``scale * K``, so ``(scale - 1) K`` is added, and the bound
+        is moved down by the rounding of that addition to stay safe."""
+        objective, bound = float(sol.objective[row]), float(sol.dual_bound[row])
+        shift = self.offset_shift
+        if shift == 0.0:
+            return objective, bound
+        if math.isfinite(bound):
+            error = 4 * np.finfo(np.float64).eps * (abs(bound) + abs(shift))
+            bound = float(np.nextafter(bound + shift - error, -math.inf))
+        return objective + shift, bound
 
     def _process(self, job: _Job, sol, row: int, elapsed: float) -> MIPStatus | None:
         st = Status(int(sol.status[row]))
@@ -1087,7 +1108,7 @@ class _Solver:
             # is infeasible or unbounded, which run() settles (_settle_ray)
             return MIPStatus.UNBOUNDED
         bound = job.bound
-        db = float(sol.dual_bound[row])
+        node_objective, db = self._node_values(sol, row)
         if math.isfinite(db):
             bound = max(bound, db)
         if bound >= self._cutoff():
@@ -1103,7 +1124,7 @@ class _Solver:
         if st == Status.OPTIMAL and finite and not np.any(branchable):
             # the point looks SOS2-feasible: its polished LP decides
             lo, hi = (job.lo, job.hi) if leaf else self._candidate_intervals(x, job.lo, job.hi)
-            verdict, box_bound = self._offer(lo, hi, x, y, float(sol.objective[row]), elapsed)
+            verdict, box_bound = self._offer(lo, hi, x, y, node_objective, elapsed)
             if verdict == "accepted" and leaf:
                 bound = max(bound, box_bound)  # the polished LP is this node's, tighter
                 if bound < self._cutoff():
@@ -1320,7 +1341,7 @@ class _Solver:
     def _print(self, elapsed: float, bound: float) -> None:
         inc = self.sign * self.incumbent / self.scale if math.isfinite(self.incumbent) else math.nan
         gap = (
-            max(self.incumbent - bound, 0.0) / max(abs(self.incumbent), 1e-9)
+            max(self.incumbent - bound, 0.0) / max(abs(self.incumbent), 1e-9 * self.scale)
             if math.isfinite(self.incumbent)
             else math.inf
         )

@@ -671,12 +671,13 @@ def test_every_bound_in_the_history_is_a_bound():
         assert bound <= optimum + 1e-6 <= incumbent + 2e-6
 
 
-def _objective_times(model, factor):
-    """``model`` with its objective (terms and constant) multiplied by ``factor``."""
+def _objective_times(model, factor, plus=0.0):
+    """``model`` with its objective (terms and constant) multiplied by ``factor``, and
+    ``plus`` added to its constant."""
     data = model.to_dict()
     objective = data["objective"]
     objective["terms"] = {k: v * factor for k, v in objective["terms"].items()}
-    objective["constant"] *= factor
+    objective["constant"] = objective["constant"] * factor + plus
     return PWLModel.from_dict(data)
 
 
@@ -743,3 +744,20 @@ def test_an_unpolished_repair_point_that_meets_the_model_is_an_incumbent(seed, m
     value, violation = evaluate(model, sol.x)
     assert violation <= 1e-9 * (1 + np.abs(sol.x).max())
     assert value == pytest.approx(sol.objective, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("plus", [-0.005, 0.005])
+def test_a_scaled_search_keeps_the_objectives_constant(plus):
+    # The batch adds the objective constant of the LP it started with to every slot's
+    # c^T x: once the search scaled c (not 1 here: optima near 0.002), node objectives and
+    # bounds lacked (scale - 1) times the constant. With -0.005 the node bounds came out too
+    # high and the search stopped OPTIMAL above the optimum; with +0.005 too low.
+    model = random_model(1, functions=5, segments=6)
+    small = _objective_times(model, 1e-3, plus)
+    options = PWLOptions(batch_size=8, node_limit=300, absolute_gap=1e-12)
+    exact = 1e-3 * brute_force(model) + plus
+    sol = solve_pwl(small, options)
+    assert_gap_closed(sol, options)
+    assert sol.objective == pytest.approx(exact, rel=1e-4)
+    assert sol.bound <= exact + 1e-4 * abs(exact)
+    assert all(b <= exact + 1e-4 * abs(exact) for _, _, _, b in sol.history)
