@@ -19,16 +19,21 @@ the batch a few evaluation periods, and reads the slots that stopped:
   least-squares repair); a result that meets the model to rounding is an incumbent at once;
 - SOS2 repair jobs: a node's intervals narrowed, per set, to the segment holding
   ``x = sum d_k lambda_k`` (or the adjacent pair of largest mass); any optimal answer is a
-  feasible PWL point;
+  feasible PWL point, re-solved to a tight tolerance (polished), or where that LP does not
+  finish, projected as above;
 - feasibility-pump jobs: the node's polytope with the objective replaced by the lambda mass
   outside a chosen pair per set (plus a decaying share of the true objective); a point
   with no such mass is sent to repair, else the pairs are re-chosen from it, and a repeated
   choice (a cycle) is perturbed. Only the objective changes, so pump jobs share the batch.
 
 Nodes are pruned with the safe Lagrangian dual bound of their LP
-(:func:`~jaxopt_suite.lp.dual_bound`), which holds however early the LP stopped. The node
-store is a set of fixed-capacity arrays (intervals, bound, depth, order) on the host; the
-LP work, which is where the time goes, runs batched on the device.
+(:func:`~jaxopt_suite.lp.dual_bound`), which holds however early the LP stopped. Once the
+root is solved, the node LPs see the objective multiplied by a factor of at least 1
+(:func:`objective_scale`): PDLP's gap test has an absolute floor (its ``1 + |p| + |d|``),
+which for an optimum near 0.025 let node bounds trail their optima by forty times the gap
+the search closes (1e-4 against 1e-4 * 0.025), and the search stalled; results are in the
+model's units. The node store is a set of fixed-capacity arrays (intervals, bound, depth,
+order) on the host; the LP work, which is where the time goes, runs batched on the device.
 
 A primal ray of a node LP (``DUAL_INFEASIBLE``) does not by itself make the model
 unbounded. The ray ``d`` lies in the recession cone of the relaxation, and that cone is the
