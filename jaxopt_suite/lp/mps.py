@@ -440,8 +440,9 @@ class _Reader:
         for j, value in self.upper.items():
             var_upper[j] = value
         names = _ordered_names(self.col_index, n)
-        for j in np.flatnonzero(var_lower > var_upper):
-            j = int(j)
+        crossed = np.flatnonzero(var_lower > var_upper)
+        if crossed.size:
+            j = int(crossed[0])
             raise self.fail(
                 self.bound_lines[j],
                 f"column {names[j]!r} has lower bound {var_lower[j]} > upper bound "

@@ -588,15 +588,10 @@ class _Solver:
             return "rejected", -math.inf
         if state != "optimal":
             self.polish_failures += state == "unfinished"
-            # the candidate moved onto the rows within its pairs may meet the model to
-            # rounding: then it is a PWL point whose value is its own (not an LP's), so it
-            # serves as an incumbent, as a projected node point does (_project)
-            if time.perf_counter() < self.deadline:
-                lp_x, values, violation, value = self._report(x)
-                if violation <= PROJECTION_VIOLATION:
-                    if value < self.incumbent:
-                        self._accept(lp_x, values, violation, value, elapsed)
-                    return "projected", -math.inf
+            # moved onto the rows within its pairs, the candidate may meet the model to
+            # rounding: then it is a PWL point valued on the model, an incumbent
+            if self._project(x, elapsed):
+                return "projected", -math.inf
             # feasible only to the node tolerance: kept as a fallback answer, never used to
             # prune (an objective a little below the true one would cut off the optimum)
             if objective < self.fallback[0]:
@@ -633,22 +628,23 @@ class _Solver:
             self.closed = min(self.closed, float(self.store.bound[i]))
             self._take_warm(int(self.store.warm[i]))  # releases its share
 
-    def _project(self, x: np.ndarray, elapsed: float) -> bool:
-        """Direct SOS2 projection of a solved node's LP point ``x``, for a first incumbent
-        without another LP: each set's lambdas held to their pair when they are one, else to
-        the segment of the argument (:meth:`_candidate_intervals`), and the point moved onto
-        the rows (:meth:`_report`, a least-squares repair on the host). Part of the repair
-        heuristic: ``repair="off"`` turns it off too; none starts after the time limit. A
-        result that meets the model to rounding (:data:`PROJECTION_VIOLATION`) is a PWL
-        point, so it becomes the incumbent (and prunes) with its value on the model; it
-        is not re-solved (the repair and polish that follow may improve it). Whether the
-        rows can be met within the segments depends on the point: after
-        :data:`PROJECTION_TRIES` failures the search stops trying."""
+    def _project(self, x: np.ndarray, elapsed: float) -> bool | None:
+        """Direct SOS2 projection of an LP point ``x``, an incumbent without another LP: a
+        solved node's point while there is no incumbent, or a candidate whose polishing LP
+        did not finish (:meth:`_offer`). Each set's lambdas held to their pair when they are
+        one, else to the segment of the argument (:meth:`_candidate_intervals`), and the
+        point moved onto the rows (:meth:`_report`, a least-squares repair on the host).
+        Part of the repair heuristic: ``repair="off"`` turns it off too. A result that meets
+        the model to rounding (:data:`PROJECTION_VIOLATION`) is a PWL point, so it becomes
+        the incumbent (and prunes) with its value on the model; it is not re-solved (the
+        repair and polish that follow may improve it). Returns whether it met the model, or
+        None once the time limit has passed (none starts then). Whether the rows can be met
+        within the segments depends on the point: after :data:`PROJECTION_TRIES` failures on
+        node points the search stops trying them (:meth:`_process` counts)."""
         if time.perf_counter() >= self.deadline:
-            return False
+            return None
         lp_x, values, violation, objective = self._report(x)
         if not violation <= PROJECTION_VIOLATION:
-            self.projection_failures += 1
             return False
         if objective < self.incumbent:
             self._accept(lp_x, values, violation, objective, elapsed)
@@ -1189,7 +1185,8 @@ class _Solver:
             and self.options.repair != "off"
             and self.projection_failures < PROJECTION_TRIES
         ):
-            self._project(x, elapsed)
+            if self._project(x, elapsed) is False:
+                self.projection_failures += 1
         if (
             finite
             and self.options.repair != "off"
