@@ -899,6 +899,7 @@ class _Solver:
                     np.stack(ups),
                     np.stack(costs),
                     warm_start=(np.stack(xs), np.stack(ys)),
+                    donate=True,  # the old batch is not used again
                 )
                 for i, job in zip(use, jobs, strict=True):
                     slots[i] = job

@@ -585,6 +585,47 @@ def test_continuous_batching_refills_a_finished_slot():
         batch_refill(batch, [0, 1], lp.var_lower[None], new_upper[None])
 
 
+def test_a_donated_refill_equals_a_copying_one_and_consumes_the_batch():
+    from jaxopt_suite.lp import batch_advance, batch_refill, batch_start
+
+    lp = _feasible_lp(3, m=10, n=12)
+    lower, upper, costs = _perturbed_instances(lp, 5, columns=3, seed=4)
+    new_lower, new_upper, new_costs = _perturbed_instances(lp, 2, columns=4, seed=9)
+    warm = (np.full((2, 12), 0.25), np.full((2, 10), -0.5))
+
+    def started():
+        return batch_advance(batch_start(lp, lower, upper, costs), evaluations=1)
+
+    copied_from = started()
+    copied = batch_refill(copied_from, [4, 1], new_lower, new_upper, new_costs, warm_start=warm)
+    donor = started()
+    donor_upper = donor.var_upper
+    donated = batch_refill(
+        donor, [4, 1], new_lower, new_upper, new_costs, warm_start=warm, donate=True
+    )
+    same = ("data", "state", "var_lower", "var_upper", "costs")  # not the fill times
+    leaves = [jax.tree.leaves([getattr(b, f) for f in same]) for b in (copied, donated)]
+    pairs = zip(*leaves, strict=True)
+    for a, b in pairs:
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # the copying refill left its batch as it was; the donating one took its arrays
+    np.testing.assert_array_equal(copied_from.var_lower, lower)
+    assert not copied_from.state.x.is_deleted()
+    assert donor.state.x.is_deleted() and donor.data.c.is_deleted()
+    assert donated.var_upper is donor_upper
+    np.testing.assert_array_equal(donated.var_upper[[4, 1]], new_upper)
+    # the batch wrote into its own copies, not into the arrays it was started with (nor,
+    # for a batch started with the LP's costs, into the LP's)
+    np.testing.assert_array_equal(upper, _perturbed_instances(lp, 5, columns=3, seed=4)[1])
+    c = lp.c.copy()
+    one = batch_start(lp, lp.var_lower[None], lp.var_upper[None])
+    refilled = batch_refill(one, [0], new_lower[:1], new_upper[:1], new_costs[:1], donate=True)
+    np.testing.assert_array_equal(refilled.costs, new_costs[:1])
+    np.testing.assert_array_equal(lp.c, c)
+    with pytest.raises(ValueError, match="donate"):
+        batch_refill(copied, [0], new_lower[:1], new_upper[:1], donate="yes")
+
+
 def test_slot_arguments_are_indices():
     from jaxopt_suite.lp import (
         batch_advance,
