@@ -1022,9 +1022,10 @@ _UNIT = float(np.finfo(np.float64).eps) / 2
 _TINY = float(np.finfo(np.float64).smallest_subnormal)
 
 
-def _dual_bounds(lp: LP, costs, lower, upper, y) -> tuple[np.ndarray, np.ndarray]:
+def _dual_bounds(lp: LP, costs, lower, upper, y, offsets=None) -> tuple[np.ndarray, np.ndarray]:
     """``(bounds (B,), reduced costs (B, n))``: :func:`dual_bound` for every row of ``y``
-    ``(B, m)`` (float64, vectorised).
+    ``(B, m)`` (float64, vectorised), each with its objective constant ``offsets[b]``
+    (default ``lp.objective_offset``).
 
     An infinite bound or row side enters only with the sign that makes its term ``-inf``,
     so a bound can be ``+inf`` or NaN only through a non-finite ``y`` (a diverged iterate,
@@ -1057,9 +1058,9 @@ def _dual_bounds(lp: LP, costs, lower, upper, y) -> tuple[np.ndarray, np.ndarray
                 np.where(lo <= -INFINITE_BOUND, np.maximum(lo, implied_lower), lo),
                 np.where(hi >= INFINITE_BOUND, np.minimum(hi, implied_upper), hi),
             )
-        offset = lp.objective_offset
+        offset = lp.objective_offset if offsets is None else np.asarray(offsets, np.float64)
         total = rows.sum(axis=1) + cols.sum(axis=1) + offset
-        size = np.abs(rows).sum(axis=1) + np.abs(cols).sum(axis=1) + abs(offset)
+        size = np.abs(rows).sum(axis=1) + np.abs(cols).sum(axis=1) + np.abs(offset)
         margin = 2 * (m + n + 4) * (_UNIT * size + _TINY)
         bounds = np.nextafter(total - margin, -np.inf)
     return np.where(finite & (bounds < np.inf), bounds, -np.inf), lam
@@ -1226,6 +1227,9 @@ class LPBatch(NamedTuple):
     # (B,) host perf_counter when each slot was filled (batch_start, batch_refill): a
     # slot's options.time_limit counts from there, across all the calls that advance it
     started: np.ndarray
+    # (B,) each slot's objective constant (lp.objective_offset unless a refill gave one),
+    # added to its objective and dual bound as its costs are to c^T x
+    offsets: np.ndarray
 
     @property
     def status(self) -> np.ndarray:
@@ -1385,8 +1389,18 @@ def _batch_of(lp, options, base, scaling, inputs, started: float) -> LPBatch:
     # the batch's own copies (the checked inputs may be the caller's arrays, or costs
     # broadcast read-only from the LP's): batch_refill(..., donate=True) writes into them
     lower, upper, costs = (np.array(a) for a in inputs[:3])
+    size = lower.shape[0]
     return LPBatch(
-        lp, options, scaling, data, state, lower, upper, costs, np.full(lower.shape[0], started)
+        lp,
+        options,
+        scaling,
+        data,
+        state,
+        lower,
+        upper,
+        costs,
+        np.full(size, started),
+        np.full(size, float(lp.objective_offset)),
     )
 
 
@@ -1421,11 +1435,16 @@ def batch_refill(
     c: Any = None,
     *,
     warm_start: tuple[Any, Any] | None = None,
+    objective_offset: Any = None,
     donate: bool = False,
 ) -> LPBatch:
     """Puts new instances into ``slots`` (indices, shape ``(k,)``) with bounds ``(k, n)``,
     costs ``(k, n)`` (default ``lp.c``) and optional warm starts ``(x[k, n], y[k, m])``;
     the other slots keep their state. Typically the slots that finished.
+
+    ``objective_offset``: each new instance's objective constant, one number or ``(k,)``
+    (default ``lp.objective_offset``); a slot's objective and dual bound include its own
+    (an instance whose costs are ``lp.c`` times a factor wants the offset times it too).
 
     ``donate=True``: the result reuses ``batch``'s arrays (its per-slot device arrays and
     its host bounds and costs are written in place), so ``batch`` itself must not be used
@@ -1436,14 +1455,16 @@ def batch_refill(
     lower, upper, costs, x0, y0 = _batch_inputs(
         batch.lp, var_lower, var_upper, c, warm_start, batch=slots.size
     )
+    offsets = _slot_offsets(batch.lp, objective_offset, slots.size)
     if slots.size == 0:
         return batch
-    host = (batch.var_lower, batch.var_upper, batch.costs, batch.started)
-    all_lower, all_upper, all_costs, all_started = (
+    host = (batch.var_lower, batch.var_upper, batch.costs, batch.started, batch.offsets)
+    all_lower, all_upper, all_costs, all_started, all_offsets = (
         a if donate and a.flags.writeable else a.copy() for a in host
     )
     all_lower[slots], all_upper[slots], all_costs[slots] = lower, upper, costs
     all_started[slots] = time.perf_counter()
+    all_offsets[slots] = offsets
     base, scaling = _prepare(batch.lp, batch.options, batched=True)
     # only the refilled rows move to the device, padded to a power of four (each count
     # compiles once)
@@ -1463,7 +1484,27 @@ def batch_refill(
         var_upper=all_upper,
         costs=all_costs,
         started=all_started,
+        offsets=all_offsets,
     )
+
+
+def _slot_offsets(lp: LP, offset: Any, size: int) -> np.ndarray:
+    """``(size,)`` float64 objective constants from ``offset`` (``None``: the LP's; one
+    number or ``size`` of them), or a ValueError."""
+    if offset is None:
+        return np.full(size, float(lp.objective_offset))
+    values = _real("objective_offset", offset)
+    if values.ndim == 0:
+        values = np.full(size, float(values))
+    if values.shape != (size,):
+        raise ValueError(
+            f"objective_offset must be one number or {size} (one per slot), got shape "
+            f"{values.shape}"
+        )
+    if not np.all(np.isfinite(values)):
+        bad = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise ValueError(f"objective_offset must be finite; entry {bad} is {values[bad]}")
+    return values
 
 
 PARKED = -2  # status of a slot parked by batch_park: frozen, holding no instance
@@ -1509,6 +1550,7 @@ def _select_slots(batch: LPBatch, pick: np.ndarray) -> LPBatch:
         var_upper=batch.var_upper[pick],
         costs=batch.costs[pick],
         started=batch.started[pick],
+        offsets=batch.offsets[pick],
     )
 
 
@@ -1537,13 +1579,14 @@ def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None)
             np.asarray(a)[..., : pick.size] for a in taken
         )
     costs, lower, upper = batch.costs[pick], batch.var_lower[pick], batch.var_upper[pick]
+    offsets = batch.offsets[pick]
     x = scaling.unscale_primal(np.asarray(x_out, np.float64).T)
     y = scaling.unscale_dual(np.asarray(y_out, np.float64).T)
     return LPBatchSolution(
         x=x,
         y=y,
-        objective=np.einsum("bn,bn->b", costs, x) + lp.objective_offset,
-        dual_bound=_dual_bounds(lp, costs, lower, upper, y)[0],
+        objective=np.einsum("bn,bn->b", costs, x) + offsets,
+        dual_bound=_dual_bounds(lp, costs, lower, upper, y, offsets)[0],
         status=np.asarray(status).reshape(-1),
         iterations=np.asarray(iterations).reshape(-1),
         residuals=np.asarray(residuals, np.float64).T,
@@ -1667,6 +1710,7 @@ def _slot_range(batch: LPBatch, start: int, stop: int) -> LPBatch:
         var_upper=batch.var_upper[start:stop],
         costs=batch.costs[start:stop],
         started=batch.started[start:stop],
+        offsets=batch.offsets[start:stop],
     )
 
 

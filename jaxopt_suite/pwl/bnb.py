@@ -442,9 +442,6 @@ class _Solver:
         # the objective scale (objective_scale): every objective, bound and gap slack inside
         # the search is in the scaled units; history, progress and the result are not
         self.scale = 1.0
-        # what a node job's objective and bound lack of the scaled constant: the batch adds
-        # the LP's own objective_offset to every slot (_node_values)
-        self.offset_shift = 0.0
         self.sign = lp.objective_sign
         self.S = compiled.num_sets
         self.sizes = compiled.set_size
@@ -778,7 +775,6 @@ class _Solver:
             lp, c=lp.c * scale, objective_offset=lp.objective_offset * scale
         )
         self.scale = scale
-        self.offset_shift = (scale - 1.0) * lp.objective_offset
         self.store.bound[self.store.open] *= scale
         self.incumbent *= scale
         self.fallback = (self.fallback[0] * scale, self.fallback[1])
@@ -874,7 +870,7 @@ class _Solver:
                 jobs.append(self.heuristics.pop(0))
             if jobs:
                 use = free[: len(jobs)]
-                lows, ups, costs, xs, ys = [], [], [], [], []
+                lows, ups, costs, offsets, xs, ys = [], [], [], [], [], []
                 for job in jobs:
                     lo_b, up_b = self._bounds(job.lo, job.hi)
                     lows.append(lo_b)
@@ -887,9 +883,11 @@ class _Solver:
                         wy = wy / self.scale
                     if job.kind == "repair":  # unscaled: its point is polished anyway
                         costs.append(self.compiled.lp.c)
+                        offsets.append(self.compiled.lp.objective_offset)
                     else:
                         # (self.lp: its objective is scaled once the root is processed)
                         costs.append(self.lp.c if job.costs is None else job.costs)
+                        offsets.append(self.lp.objective_offset)
                     xs.append(np.clip(wx, lo_b, up_b))
                     ys.append(wy)
                 batch = batch_refill(
@@ -899,6 +897,7 @@ class _Solver:
                     np.stack(ups),
                     np.stack(costs),
                     warm_start=(np.stack(xs), np.stack(ys)),
+                    objective_offset=np.array(offsets),
                     donate=True,  # the old batch is not used again
                 )
                 for i, job in zip(use, jobs, strict=True):
@@ -1072,20 +1071,6 @@ class _Solver:
         # a complete search: optimal (to the node tolerance when only a fallback exists)
         return MIPStatus.OPTIMAL if self.has_point else MIPStatus.INFEASIBLE
 
-    def _node_values(self, sol, row: int) -> tuple[float, float]:
-        """A node job's LP objective and safe bound in the search's units. The batch adds
-        the unscaled objective_offset ``K`` of the LP it started with to ``scale * c^T x``;
-        the search's units want ``scale * K``, so ``(scale - 1) K`` is added, and the bound
-        is moved down by the rounding of that addition to stay safe."""
-        objective, bound = float(sol.objective[row]), float(sol.dual_bound[row])
-        shift = self.offset_shift
-        if shift == 0.0:
-            return objective, bound
-        if math.isfinite(bound):
-            error = 4 * np.finfo(np.float64).eps * (abs(bound) + abs(shift))
-            bound = float(np.nextafter(bound + shift - error, -math.inf))
-        return objective + shift, bound
-
     def _process(self, job: _Job, sol, row: int, elapsed: float) -> MIPStatus | None:
         st = Status(int(sol.status[row]))
         x, y = sol.x[row], sol.y[row]
@@ -1110,7 +1095,8 @@ class _Solver:
             # is infeasible or unbounded, which run() settles (_settle_ray)
             return MIPStatus.UNBOUNDED
         bound = job.bound
-        node_objective, db = self._node_values(sol, row)
+        # in the search's units: the slot's costs and objective constant are the scaled LP's
+        node_objective, db = float(sol.objective[row]), float(sol.dual_bound[row])
         if math.isfinite(db):
             bound = max(bound, db)
         if bound >= self._cutoff():

@@ -626,6 +626,34 @@ def test_a_donated_refill_equals_a_copying_one_and_consumes_the_batch():
         batch_refill(copied, [0], new_lower[:1], new_upper[:1], donate="yes")
 
 
+def test_refilled_slots_keep_their_own_objective_constant():
+    from jaxopt_suite.lp import batch_advance, batch_refill, batch_solution, batch_start
+
+    base = _feasible_lp(5, m=10, n=12)
+    lp = LP(base.c, base.A, base.row_lower, base.row_upper, base.var_lower, base.var_upper, 2.5)
+    lower, upper, costs = _perturbed_instances(lp, 3, columns=2, seed=1)
+    with jax.enable_x64(True):
+        batch = batch_start(lp, lower, upper, costs)
+        # slot 0: an objective three times the LP's, constant included; slot 2: the LP's
+        batch = batch_refill(
+            batch, [0, 2], lower[[0, 2]], upper[[0, 2]], costs[[0, 2]] * [[3.0], [1.0]],
+            objective_offset=[7.5, 2.5],
+        )  # fmt: skip
+        out = batch_solution(batch_advance(batch))
+    assert np.all(out.status == Status.OPTIMAL)
+    for b, factor, offset in ((0, 3.0, 7.5), (1, 1.0, 2.5), (2, 1.0, 2.5)):
+        exact = highs(
+            LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower[b], upper[b]), c=costs[b] * factor
+        ).fun
+        assert abs(out.objective[b] - (exact + offset)) <= 1e-3 * (1 + abs(exact))
+        assert out.dual_bound[b] <= exact + offset + 1e-9
+        assert out.dual_bound[b] >= exact + offset - 1e-3 * (1 + abs(exact))
+    with pytest.raises(ValueError, match=r"objective_offset must be one number or 2"):
+        batch_refill(batch, [0, 1], lower[:2], upper[:2], objective_offset=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="objective_offset must be finite; entry 1 is nan"):
+        batch_refill(batch, [0, 1], lower[:2], upper[:2], objective_offset=[1.0, np.nan])
+
+
 def test_slot_arguments_are_indices():
     from jaxopt_suite.lp import (
         batch_advance,

@@ -748,10 +748,11 @@ def test_an_unpolished_repair_point_that_meets_the_model_is_an_incumbent(seed, m
 
 @pytest.mark.parametrize("plus", [-0.005, 0.005])
 def test_a_scaled_search_keeps_the_objectives_constant(plus):
-    # The batch adds the objective constant of the LP it started with to every slot's
-    # c^T x: once the search scaled c (not 1 here: optima near 0.002), node objectives and
-    # bounds lacked (scale - 1) times the constant. With -0.005 the node bounds came out too
-    # high and the search stopped OPTIMAL above the optimum; with +0.005 too low.
+    # Once the search scales c (not 1 here: optima near 0.002), node LPs need the constant
+    # scaled too (each slot's own, batch_refill's objective_offset). When the batch added
+    # the unscaled constant of the LP it started with to every slot, node objectives and
+    # bounds lacked (scale - 1) times it: with -0.005 the node bounds came out too high and
+    # the search stopped OPTIMAL above the optimum; with +0.005 too low.
     model = random_model(1, functions=5, segments=6)
     small = _objective_times(model, 1e-3, plus)
     options = PWLOptions(batch_size=8, node_limit=300, absolute_gap=1e-12)
