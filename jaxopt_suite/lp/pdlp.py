@@ -1448,8 +1448,9 @@ def batch_refill(
 
     ``donate=True``: the result reuses ``batch``'s arrays (its per-slot device arrays and
     its host bounds and costs are written in place), so ``batch`` itself must not be used
-    again. A refill otherwise copies every per-slot array of the batch: on a 64-slot batch
-    of an LP with 68,000 columns that took most of a refill's 0.3 s."""
+    again (an array of it that NumPy still views is copied, not reused). A refill otherwise
+    copies every per-slot array of the batch, which for a wide batch of a large LP costs
+    more than the rest of the refill."""
     check_flag("donate", donate)
     slots = _slot_indices(slots, batch.var_lower.shape[0], distinct=True)
     lower, upper, costs, x0, y0 = _batch_inputs(
@@ -1685,8 +1686,7 @@ def _in_groups(batch: LPBatch, threads: int | None, run) -> LPBatch:
     them), each group on its own thread, their states put back in place; one group runs
     on the calling thread. A group is a slice of the batch's slots and the states come
     back joined end to end: a gather and a scatter per group (any slots, one element at a
-    time on CPU) cost 0.26 s a call on a 64-slot batch of an LP with 68,000 columns,
-    slices and one join 0.08 s."""
+    time on CPU) cost several times as much."""
     size = batch.var_lower.shape[0]
     groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
     if len(groups) == 1:

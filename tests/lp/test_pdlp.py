@@ -600,9 +600,12 @@ def test_a_donated_refill_equals_a_copying_one_and_consumes_the_batch():
     copied = batch_refill(copied_from, [4, 1], new_lower, new_upper, new_costs, warm_start=warm)
     donor = started()
     donor_upper = donor.var_upper
+    status_before = donor.status  # a NumPy view of the status on CPU: that array is copied
+    kept = status_before.copy()
     donated = batch_refill(
         donor, [4, 1], new_lower, new_upper, new_costs, warm_start=warm, donate=True
     )
+    np.testing.assert_array_equal(status_before, kept)
     same = ("data", "state", "var_lower", "var_upper", "costs")  # not the fill times
     leaves = [jax.tree.leaves([getattr(b, f) for f in same]) for b in (copied, donated)]
     pairs = zip(*leaves, strict=True)
