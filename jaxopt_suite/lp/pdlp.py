@@ -1324,7 +1324,7 @@ def _slot_indices(slots: Any, size: int, *, name: str = "slots", distinct: bool)
 def _pad_index(index: np.ndarray) -> np.ndarray:
     """``index`` padded to the next power of four by repeating its last entry, so that
     the jitted slot updates see few distinct shapes (each compiles once; a repeated write
-    of the same row is harmless)."""
+    of the same row is harmless, and a refill never selects its padded rows)."""
     size = 1
     while size < index.size:
         size *= 4
@@ -1446,9 +1446,13 @@ def batch_refill(
     (default ``lp.objective_offset``); a slot's objective and dual bound include its own
     (an instance whose costs are ``lp.c`` times a factor wants the offset times it too).
 
-    ``donate=True``: the result reuses ``batch``'s arrays (its per-slot device arrays and
-    its host bounds and costs are written in place), so ``batch`` itself must not be used
-    again (an array of it that NumPy still views is copied, not reused). A refill otherwise
+    ``donate=True``: the result reuses ``batch``'s arrays (its per-slot device arrays, and
+    its host bounds, costs, fill times and offsets, written in place), so ``batch`` must
+    not be used again, nor any batch that shares those arrays with it (the one it was
+    advanced or parked from: :func:`batch_advance` and :func:`batch_park` return batches
+    that share them with their input). An array of it that NumPy still views is copied,
+    not reused. A refill that raises (a warm start the solver's float type cannot hold)
+    writes nothing. A refill otherwise
     copies every per-slot array of the batch, which for a wide batch of a large LP costs
     more than the rest of the refill."""
     check_flag("donate", donate)
@@ -1459,6 +1463,12 @@ def batch_refill(
     offsets = _slot_offsets(batch.lp, objective_offset, slots.size)
     if slots.size == 0:
         return batch
+    base, scaling = _prepare(batch.lp, batch.options, batched=True)
+    # only the refilled rows move to the device, padded to a power of four (each count
+    # compiles once); scaled before anything is written, as the scaling may still refuse
+    # a warm start (then a donated batch is left as it was)
+    padded = _pad_index(np.arange(slots.size))
+    rows = _scaled_rows(scaling, base.c.dtype, *(a[padded] for a in (lower, upper, costs, x0, y0)))
     host = (batch.var_lower, batch.var_upper, batch.costs, batch.started, batch.offsets)
     all_lower, all_upper, all_costs, all_started, all_offsets = (
         a if donate and a.flags.writeable else a.copy() for a in host
@@ -1466,11 +1476,6 @@ def batch_refill(
     all_lower[slots], all_upper[slots], all_costs[slots] = lower, upper, costs
     all_started[slots] = time.perf_counter()
     all_offsets[slots] = offsets
-    base, scaling = _prepare(batch.lp, batch.options, batched=True)
-    # only the refilled rows move to the device, padded to a power of four (each count
-    # compiles once)
-    padded = _pad_index(np.arange(slots.size))
-    rows = _scaled_rows(scaling, base.c.dtype, *(a[padded] for a in (lower, upper, costs, x0, y0)))
     size = all_lower.shape[0]
     source = np.zeros(size, np.int32)
     source[slots] = np.arange(slots.size)

@@ -293,10 +293,10 @@ def test_threaded_batch_advance_equals_its_groups_advanced_alone():
     from jaxopt_suite.lp.pdlp import batch_advance, batch_solution, batch_start
 
     lp = _feasible_lp(4, m=12, n=16)
-    lower, upper, _ = _perturbed_instances(lp, 6, columns=3, seed=2)
+    lower, upper, _ = _perturbed_instances(lp, 7, columns=3, seed=2)
     with jax.enable_x64(True):  # the worker threads follow this thread's precision
         both = batch_solution(batch_advance(batch_start(lp, lower, upper), 3, threads=2))
-    for rows in (slice(0, 3), slice(3, 6)):
+    for rows in (slice(0, 4), slice(4, 7)):  # the groups, of uneven sizes
         with jax.enable_x64(True):
             alone = batch_solution(
                 batch_advance(batch_start(lp, lower[rows], upper[rows]), 3, threads=1)
@@ -586,26 +586,29 @@ def test_continuous_batching_refills_a_finished_slot():
 
 
 def test_a_donated_refill_equals_a_copying_one_and_consumes_the_batch():
-    from jaxopt_suite.lp import batch_advance, batch_refill, batch_start
+    from jaxopt_suite.lp import batch_advance, batch_park, batch_refill, batch_start
 
     lp = _feasible_lp(3, m=10, n=12)
     lower, upper, costs = _perturbed_instances(lp, 5, columns=3, seed=4)
     new_lower, new_upper, new_costs = _perturbed_instances(lp, 2, columns=4, seed=9)
     warm = (np.full((2, 12), 0.25), np.full((2, 10), -0.5))
 
-    def started():
-        return batch_advance(batch_start(lp, lower, upper, costs), evaluations=1)
+    def started():  # slot 4 parked: its status (-2) differs from a refilled slot's (-1)
+        batch = batch_advance(batch_start(lp, lower, upper, costs), evaluations=1)
+        return batch_park(batch, [4])
 
     copied_from = started()
     copied = batch_refill(copied_from, [4, 1], new_lower, new_upper, new_costs, warm_start=warm)
     donor = started()
     donor_upper = donor.var_upper
     status_before = donor.status  # a NumPy view of the status on CPU: that array is copied
+    assert status_before[4] == pdlp.PARKED
     kept = status_before.copy()
     donated = batch_refill(
         donor, [4, 1], new_lower, new_upper, new_costs, warm_start=warm, donate=True
     )
     np.testing.assert_array_equal(status_before, kept)
+    assert donated.status[4] == -1
     same = ("data", "state", "var_lower", "var_upper", "costs")  # not the fill times
     leaves = [jax.tree.leaves([getattr(b, f) for f in same]) for b in (copied, donated)]
     pairs = zip(*leaves, strict=True)
@@ -627,10 +630,26 @@ def test_a_donated_refill_equals_a_copying_one_and_consumes_the_batch():
     np.testing.assert_array_equal(lp.c, c)
     with pytest.raises(ValueError, match="donate"):
         batch_refill(copied, [0], new_lower[:1], new_upper[:1], donate="yes")
+    # a refill that the scaling refuses (duals beyond float32) writes nothing, donated or not
+    if pdlp._prepare(lp, LPOptions(), batched=True)[0].c.dtype == np.float32:
+        before = [np.array(a) for a in (copied.var_upper, copied.costs, copied.offsets)]
+        huge = (np.zeros((1, 12)), np.full((1, 10), 1e39))
+        with pytest.raises(ValueError, match="beyond the solver's float32 range"):
+            batch_refill(copied, [0], new_lower[:1], new_upper[:1], warm_start=huge, donate=True)
+        after = (copied.var_upper, copied.costs, copied.offsets)
+        for a, b in zip(before, after, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert not copied.state.x.is_deleted()
 
 
 def test_refilled_slots_keep_their_own_objective_constant():
-    from jaxopt_suite.lp import batch_advance, batch_refill, batch_solution, batch_start
+    from jaxopt_suite.lp import (
+        batch_advance,
+        batch_refill,
+        batch_resize,
+        batch_solution,
+        batch_start,
+    )
 
     base = _feasible_lp(5, m=10, n=12)
     lp = LP(base.c, base.A, base.row_lower, base.row_upper, base.var_lower, base.var_upper, 2.5)
@@ -639,9 +658,13 @@ def test_refilled_slots_keep_their_own_objective_constant():
         batch = batch_start(lp, lower, upper, costs)
         # slot 0: an objective three times the LP's, constant included; slot 2: the LP's
         batch = batch_refill(
-            batch, [0, 2], lower[[0, 2]], upper[[0, 2]], costs[[0, 2]] * [[3.0], [1.0]],
-            objective_offset=[7.5, 2.5],
+            batch, [2, 0], lower[[2, 0]], upper[[2, 0]], costs[[2, 0]] * [[1.0], [3.0]],
+            objective_offset=[2.5, 7.5],
         )  # fmt: skip
+        # the offsets move with their slots (here into a batch of 4, slot 0 last)
+        np.testing.assert_array_equal(
+            batch_resize(batch, [1, 2, 0], 4).offsets[:3], [2.5, 2.5, 7.5]
+        )
         out = batch_solution(batch_advance(batch))
     assert np.all(out.status == Status.OPTIMAL)
     for b, factor, offset in ((0, 3.0, 7.5), (1, 1.0, 2.5), (2, 1.0, 2.5)):
