@@ -438,10 +438,13 @@ class _Solver:
         # set when a ray was met: the rest of the status message (see _settle_ray)
         self.ray_detail: str | None = None
         lp = compiled.lp
-        self.lp = lp  # with its objective multiplied by self.scale once run() has set it
-        # the objective scale (objective_scale): every objective, bound and gap slack inside
-        # the search is in the scaled units; history, progress and the result are not
+        self.lp = lp
+        # the objective scale (objective_scale) and the LP the node jobs solve, whose
+        # objective (constant included) is multiplied by it; the search reads their values
+        # and duals divided by it (_process, _lend_iterates), so all of its own state is in
+        # the model's units (minimisation form)
         self.scale = 1.0
+        self.node_lp = lp
         self.sign = lp.objective_sign
         self.S = compiled.num_sets
         self.sizes = compiled.set_size
@@ -551,14 +554,13 @@ class _Solver:
                 return "no time", math.nan, None, -math.inf
             options = options._replace(time_limit=min(options.time_limit, left))
         lower, upper = self._bounds(lo, hi)
-        lp = self.compiled.lp  # unscaled: a polish wants the point, to its own tolerance
+        lp = self.lp  # unscaled: a polish wants the point, to its own tolerance
         restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset)
-        y0 = np.zeros(lp.num_rows) if y is None else y / self.scale
+        y0 = np.zeros(lp.num_rows) if y is None else y
         options = options._replace(tolerance=options.tolerance / tighter)
         sol = solve_lp(restricted, options, warm_start=(np.clip(x, lower, upper), y0))
         if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
-            scale = self.scale
-            return "optimal", float(sol.objective) * scale, sol.x, float(sol.dual_bound) * scale
+            return "optimal", float(sol.objective), sol.x, float(sol.dual_bound)
         if sol.status == Status.PRIMAL_INFEASIBLE:
             return "infeasible", math.nan, None, -math.inf
         return "unfinished", math.nan, None, -math.inf
@@ -613,14 +615,7 @@ class _Solver:
         if math.isnan(self.first_time):
             self.first_time = elapsed
         bound = self.bound(list(self.running.values()))
-        self.history.append(
-            (
-                elapsed,
-                self.nodes,
-                self.sign * self.incumbent / self.scale,
-                self.sign * bound / self.scale,
-            )
-        )
+        self.history.append((elapsed, self.nodes, self.sign * self.incumbent, self.sign * bound))
         for i in self.store.prune_above(self._cutoff()):
             self.closed = min(self.closed, float(self.store.bound[i]))
             self._take_warm(int(self.store.warm[i]))  # releases its share
@@ -650,10 +645,7 @@ class _Solver:
     def _cutoff(self) -> float:
         if not math.isfinite(self.incumbent):
             return math.inf
-        slack = max(
-            self.options.absolute_gap * self.scale,
-            self.options.relative_gap * abs(self.incumbent),
-        )
+        slack = max(self.options.absolute_gap, self.options.relative_gap * abs(self.incumbent))
         return self.incumbent - slack
 
     def bound(self, running: list[float] | None = None) -> float:
@@ -683,7 +675,7 @@ class _Solver:
         return _Job("repair", -1, new_lo, new_hi, -math.inf, 0, None, warm)
 
     def _pump_costs(self, pairs: np.ndarray, step: int) -> np.ndarray:
-        """Mass outside the pairs, plus a decaying share of the scaled true objective."""
+        """Mass outside the pairs, plus a decaying share of the normalised true objective."""
         costs = np.zeros(self.lp.num_cols)
         outside = (self.lam_pos < pairs[self.lam_set]) | (self.lam_pos > pairs[self.lam_set] + 1)
         costs[self.lam_cols] = outside.astype(np.float64)
@@ -758,12 +750,10 @@ class _Solver:
 
     def _scale_objective(self, root_objective: float, root_bound: float) -> None:
         """Sets :attr:`scale` from the root LP's objective and safe bound (the larger in
-        magnitude) and, where it is not 1, multiplies the LP's objective by it and moves
-        the search's state into those units: the open nodes' bounds, the incumbent, the
-        fallback, the closed and unresolved bounds, and the duals kept for warm starts.
-        Called once, when the root node has been processed and before any other node job
-        starts (the root's own LP stays in the unscaled units; its children are solved
-        scaled). Repair jobs and polishes run unscaled throughout (run, _polish)."""
+        magnitude) and the node LP, :attr:`node_lp`, with the objective times it. Called
+        once, when the root node has been processed and before any other node job starts
+        (the root's own LP is solved unscaled). Repair jobs, pump jobs (whose objective is
+        their own) and polishes solve the unscaled LP."""
         sizes = [abs(v) for v in (root_objective, root_bound) if math.isfinite(v)]
         if self.feasibility or not sizes or not np.any(self.lp.c):
             return
@@ -771,24 +761,10 @@ class _Solver:
         if scale == 1.0:
             return
         lp = self.lp
-        self.lp = dataclasses.replace(
+        self.node_lp = dataclasses.replace(
             lp, c=lp.c * scale, objective_offset=lp.objective_offset * scale
         )
         self.scale = scale
-        self.store.bound[self.store.open] *= scale
-        self.incumbent *= scale
-        self.fallback = (self.fallback[0] * scale, self.fallback[1])
-        self.closed *= scale
-        self.unresolved = [b * scale for b in self.unresolved]
-        for entry in self.warm.values():
-            if entry[1] is not None:
-                entry[1] = entry[1] * scale
-        self.heuristics = [
-            job._replace(warm=(job.warm[0], job.warm[1] * scale))
-            if job.warm is not None and job.warm[1] is not None
-            else job
-            for job in self.heuristics
-        ]
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -877,17 +853,12 @@ class _Solver:
                     ups.append(up_b)
                     wx = np.zeros(n) if job.warm is None or job.warm[0] is None else job.warm[0]
                     wy = np.zeros(m) if job.warm is None or job.warm[1] is None else job.warm[1]
-                    if job.kind != "node":
-                        # the duals a repair's unscaled LP or a pump's own objective start
-                        # from: the node's over the scale (the warm starts hold the node's)
-                        wy = wy / self.scale
-                    if job.kind == "repair":  # unscaled: its point is polished anyway
-                        costs.append(self.compiled.lp.c)
-                        offsets.append(self.compiled.lp.objective_offset)
-                    else:
-                        # (self.lp: its objective is scaled once the root is processed)
-                        costs.append(self.lp.c if job.costs is None else job.costs)
-                        offsets.append(self.lp.objective_offset)
+                    # warm starts hold duals in the model's units; a node LP's are scaled
+                    lp = self.node_lp if job.kind == "node" else self.lp
+                    if job.kind == "node":
+                        wy = wy * self.scale
+                    costs.append(lp.c if job.costs is None else job.costs)
+                    offsets.append(lp.objective_offset)
                     xs.append(np.clip(wx, lo_b, up_b))
                     ys.append(wy)
                 batch = batch_refill(
@@ -1040,7 +1011,7 @@ class _Solver:
         sol = batch_solution(batch, slots=lend)
         for row, i in enumerate(lend):
             started[i] = -1
-            job, x, y = slots[i], sol.x[row], sol.y[row]
+            job, x, y = slots[i], sol.x[row], sol.y[row] / self.scale  # node_lp's duals
             if not np.all(np.isfinite(x)):
                 continue
             if self.options.repair != "off":
@@ -1054,8 +1025,8 @@ class _Solver:
         if not math.isfinite(self.incumbent):
             return False
         gap = self.incumbent - bound
-        relative = self.options.relative_gap * max(abs(self.incumbent), 1e-9 * self.scale)
-        return gap <= self.options.absolute_gap * self.scale or gap <= relative
+        relative = self.options.relative_gap * max(abs(self.incumbent), 1e-9)
+        return gap <= self.options.absolute_gap or gap <= relative
 
     @property
     def has_point(self) -> bool:
@@ -1071,13 +1042,23 @@ class _Solver:
         # a complete search: optimal (to the node tolerance when only a fallback exists)
         return MIPStatus.OPTIMAL if self.has_point else MIPStatus.INFEASIBLE
 
+    def _unscaled(self, sol, row: int) -> tuple[float, float, np.ndarray]:
+        """A node job's LP objective, safe bound and duals in the model's units: its LP is
+        :attr:`node_lp`, the objective times :attr:`scale`, so each is divided by it (the
+        bound rounded down, to stay safe)."""
+        objective, bound, y = float(sol.objective[row]), float(sol.dual_bound[row]), sol.y[row]
+        if self.scale == 1.0:
+            return objective, bound, y
+        scale = self.scale
+        return objective / scale, float(np.nextafter(bound / scale, -math.inf)), y / scale
+
     def _process(self, job: _Job, sol, row: int, elapsed: float) -> MIPStatus | None:
         st = Status(int(sol.status[row]))
         x, y = sol.x[row], sol.y[row]
-        if job.kind == "repair":  # solved unscaled (run)
-            objective = float(sol.objective[row]) * self.scale
+        if job.kind == "repair":
+            objective = float(sol.objective[row])
             if st == Status.OPTIMAL and objective < self.incumbent:
-                self._offer(job.lo, job.hi, x, y * self.scale, objective, elapsed)
+                self._offer(job.lo, job.hi, x, y, objective, elapsed)
             return None
         if job.kind == "pump":
             if st in (Status.OPTIMAL, Status.ITERATION_LIMIT) and np.all(np.isfinite(x)):
@@ -1095,8 +1076,7 @@ class _Solver:
             # is infeasible or unbounded, which run() settles (_settle_ray)
             return MIPStatus.UNBOUNDED
         bound = job.bound
-        # in the search's units: the slot's costs and objective constant are the scaled LP's
-        node_objective, db = float(sol.objective[row]), float(sol.dual_bound[row])
+        node_objective, db, y = self._unscaled(sol, row)
         if math.isfinite(db):
             bound = max(bound, db)
         if bound >= self._cutoff():
@@ -1210,8 +1190,7 @@ class _Solver:
         the LP point ``lp_x``: of ``lp_x`` repaired onto its rows within its SOS2 pairs,
         ``lp_x`` itself, and ``lp_x`` with ``z = f(x)`` exactly, those the model's own check
         finds least violated (to 1e-9: rounding), and of them the best by the objective
-        evaluated on the model (in minimisation form, in the search's units: times
-        :attr:`scale`)."""
+        evaluated on the model (in minimisation form)."""
         repaired = self._repaired(lp_x)
         points = [(p, self.compiled.model_values(p)) for p in (repaired, lp_x)]
         points.append((lp_x, self.model.snap(points[1][1])))
@@ -1225,13 +1204,11 @@ class _Solver:
             for pair, violation in admitted
         ]
         objective, (point, values), violation = min(scored, key=lambda item: item[0])
-        return point, values, violation, objective * self.scale
+        return point, values, violation, objective
 
     def _solution(
         self, status: MIPStatus, bound: float, elapsed: float, rounds: int
     ) -> MIPSolution:
-        closed = self._gap_closed(bound)  # in the search's units, as bound
-        bound = bound / self.scale
         inc, lp_x, polished = self.incumbent, self.incumbent_x, True
         if not math.isfinite(inc) and math.isfinite(self.fallback[0]):
             (inc, lp_x), polished = self.fallback, False
@@ -1289,7 +1266,7 @@ class _Solver:
                 if free.size
                 else "search complete, but with no finite bound (gap inf)"
             )
-        elif status == MIPStatus.OPTIMAL and not closed:
+        elif status == MIPStatus.OPTIMAL and not self._gap_closed(bound):
             which, advice = (
                 ("node LPs'", "leaves whose polishing LP did not finish kept their node bounds")
                 if "node" in self.loose
@@ -1328,16 +1305,16 @@ class _Solver:
         )
 
     def _print(self, elapsed: float, bound: float) -> None:
-        inc = self.sign * self.incumbent / self.scale if math.isfinite(self.incumbent) else math.nan
+        inc = self.sign * self.incumbent if math.isfinite(self.incumbent) else math.nan
         gap = (
-            max(self.incumbent - bound, 0.0) / max(abs(self.incumbent), 1e-9 * self.scale)
+            max(self.incumbent - bound, 0.0) / max(abs(self.incumbent), 1e-9)
             if math.isfinite(self.incumbent)
             else math.inf
         )
         rate = self.nodes / elapsed if elapsed > 0 else 0.0
         print(
             f"{elapsed:8.1f}s  nodes {self.nodes:8d}  open {self.store.count():7d}  "
-            f"bound {self.sign * bound / self.scale:14.7g}  incumbent {inc:14.7g}  "
-            f"gap {gap:9.3%}  nodes/s {rate:8.1f}",
+            f"bound {self.sign * bound:14.7g}  incumbent {inc:14.7g}  gap {gap:9.3%}  "
+            f"nodes/s {rate:8.1f}",
             file=sys.stderr,
         )
