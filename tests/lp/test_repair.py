@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from jaxopt_suite.lp.repair import repair_rows, row_violation
+from jaxopt_suite.lp import repair as repair_module
+from jaxopt_suite.lp.repair import _least_norm_step, repair_rows, row_violation
 
 
 def _feasible_system(seed, m=30, n=50):
@@ -60,3 +61,50 @@ def test_bad_input_is_named():
         repair_rows(A, np.zeros(2), np.zeros(3), np.zeros(3), np.ones(3), np.zeros(3))
     with pytest.raises(ValueError, match="v must be finite"):
         repair_rows(A, np.zeros(3), np.zeros(3), np.zeros(3), np.ones(3), [0.0, np.nan, 0.0])
+
+
+def test_interior_columns_that_stall_hand_over_at_once():
+    # x0 = 0.3 and x0 + x1 = 1 with x0 inside [0, 1] and x1 at its lower bound: the
+    # interior column alone reaches a least-squares point (x0 = 0.65, both rows off by
+    # 0.35) and stalls there; the columns at a bound take over in the round that stalls,
+    # not after half the rounds, so two rounds suffice
+    A = sp.csr_array(np.array([[1.0, 0.0], [1.0, 1.0]]))
+    fixed, after = repair_rows(
+        A, [0.3, 1.0], [0.3, 1.0], [0.0, 0.0], [1.0, 1.0], [0.3, 0.0], rounds=2
+    )
+    assert after <= 1e-12
+    np.testing.assert_allclose(fixed, [0.3, 0.7], atol=1e-12)
+
+
+@pytest.mark.parametrize("consistent", [True, False])
+def test_least_norm_step_is_the_pseudo_inverse_solution(consistent, monkeypatch):
+    # rank-deficient rows, as a balanced transportation problem's supplies and demands:
+    # the row sums of the two blocks are equal
+    supplies, demands = 3, 4
+    rows = [np.kron(np.eye(supplies)[i], np.ones(demands)) for i in range(supplies)]
+    rows += [np.kron(np.ones(supplies), np.eye(demands)[j]) for j in range(demands)]
+    dense = np.array(rows) * np.linspace(1.0, 2.0, supplies * demands)
+    dense[:, -1] = 0.0  # one column unused
+    rng = np.random.default_rng(3)
+    r = dense @ rng.normal(size=dense.shape[1]) if consistent else rng.normal(size=len(rows))
+    expected = np.linalg.pinv(dense) @ r
+    system = sp.csr_array(dense)
+    best = np.linalg.norm(dense @ expected - r)
+
+    def check(step, atol):
+        # the least residual, and of the steps that reach it the shortest: the
+        # regularisation delta = 1e-10 |A|_max^2 leaves about delta / sigma_min^2 of the
+        # residual (the least nonzero sigma^2 is 3.5 here), and where the rows cannot be met the
+        # step carries rounding / delta of the unreachable residual (about 1e-6)
+        assert np.linalg.norm(dense @ step - r) <= best + 1e-9 * np.linalg.norm(r)
+        np.testing.assert_allclose(step, expected, rtol=0, atol=atol)
+
+    check(_least_norm_step(system, r), 1e-8 if consistent else 1e-5)
+
+    # LSQR takes over where the factorisation fails
+    def failing(_):
+        raise RuntimeError("Factor is exactly singular")
+
+    monkeypatch.setattr(repair_module, "splu", failing)
+    check(_least_norm_step(system, r), 1e-8)
+    assert _least_norm_step(sp.csr_array((0, 4)), np.zeros(0)).shape == (4,)
