@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import math
 import sys
 import time
@@ -484,6 +485,9 @@ class _Solver:
         self.running: dict[int, float] = {}
         self.polish_failures = 0
         self.projection_failures = 0  # node points that _project could not make feasible
+        # candidate pairs whose projection _offer tried: (its LP value, whether it met the
+        # model), by a digest of the pairs
+        self.projected: dict[bytes, tuple[float, bool]] = {}
         self.deadline = math.inf  # perf_counter time of the time limit (set by run)
         self.fallback: tuple[float, np.ndarray | None] = (math.inf, None)  # unpolished
 
@@ -577,7 +581,12 @@ class _Solver:
         that ran out of time, polishing stops: the LPs of this model are too slow for it),
         ``"projected"`` if ``x`` moved onto the rows within its pairs meets the model to
         rounding (:meth:`_report`, :data:`PROJECTION_VIOLATION`): a PWL point, kept if it
-        beats the incumbent, with its value on the model; else ``"fallback"``: the candidate
+        beats the incumbent, with its value on the model (pairs whose projection was tried
+        before are projected again only when ``objective`` is lower than the tried one's by
+        more than the search's gap tolerances, else they take its verdict: a heuristic's
+        saving, since the same pairs come back from node after node once polishing has
+        stopped, each projection a least-squares repair on the host); else
+        ``"fallback"``: the candidate
         is kept, feasible to the node tolerance only, as the answer if no polished one turns
         up (``MIPSolution.polished`` says so), and never used to prune."""
         state = "unfinished"
@@ -588,8 +597,17 @@ class _Solver:
         if state != "optimal":
             self.polish_failures += state == "unfinished"
             # moved onto the rows within its pairs, the candidate may meet the model to
-            # rounding: then it is a PWL point valued on the model, an incumbent
-            if self._project(x, elapsed):
+            # rounding: then it is a PWL point valued on the model, an incumbent (pairs
+            # tried before: again only for an LP value a gap below the tried one)
+            key = hashlib.blake2b(lo.tobytes() + hi.tobytes(), digest_size=16).digest()
+            tried, met = self.projected.get(key, (math.inf, False))
+            slack = max(self.options.absolute_gap, self.options.relative_gap * abs(objective))
+            if objective < tried - slack:
+                outcome = self._project(x, elapsed)  # None: no time left to try it
+                met = bool(outcome)
+                if outcome is not None:
+                    self.projected[key] = (float(objective), met)
+            if met:
                 return "projected", -math.inf
             # feasible only to the node tolerance: kept as a fallback answer, never used to
             # prune (an objective a little below the true one would cut off the optimum)

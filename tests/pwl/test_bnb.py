@@ -621,6 +621,37 @@ def test_no_polish_starts_after_the_time_limit(monkeypatch):
     assert deadlines and all(before + 30.0 <= d <= time.perf_counter() + 30.0 for d in deadlines)
 
 
+def test_a_projection_is_not_repeated_for_the_same_pairs(monkeypatch):
+    # once polishing has stopped, the same pairs come back from node after node; their
+    # projection is tried again only for an LP value a gap below the best tried
+    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+
+    model = random_model(0, functions=3, segments=4)
+    comp = model.compile()
+    solver = _Solver(model, comp, resolve_options(PWLOptions()))
+    solver.deadline = math.inf
+    solver.polish_failures = 2  # polishing has stopped
+    calls = []
+    outcome = [False]
+    monkeypatch.setattr(_Solver, "_project", lambda self, x, t: calls.append(t) or outcome[0])
+    lo = np.zeros(comp.num_sets, np.int32)
+    hi = np.ones(comp.num_sets, np.int32)
+    x = np.zeros(comp.lp.num_cols)
+    gap = solver.options.relative_gap
+    assert solver._offer(lo, hi, x, None, 1.0, 0.0)[0] == "fallback"
+    assert solver._offer(lo, hi, x, None, 1.0 - 0.5 * gap, 1.0)[0] == "fallback"
+    assert calls == [0.0]  # within the gap of the tried value: not tried again
+    assert solver.fallback[0] == 1.0 - 0.5 * gap  # the fallback still takes the lower value
+    outcome[0] = True
+    assert solver._offer(lo, hi, x, None, 1.0 - 2 * gap, 2.0)[0] == "projected"
+    assert calls == [0.0, 2.0]
+    # other pairs are tried; a met projection's verdict is kept for its pairs
+    assert solver._offer(lo, hi + 1, x, None, 1.0, 3.0)[0] == "projected"
+    outcome[0] = False
+    assert solver._offer(lo, hi, x, None, 1.0 - 2 * gap, 4.0)[0] == "projected"
+    assert calls == [0.0, 2.0, 3.0]
+
+
 def _pinned_models():
     """Feasible models whose only feasible argument is an end of a PWL term's breakpoints
     (the objective pushing inwards): the root relaxation's feasible set is one point."""
