@@ -62,6 +62,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 
 from jaxopt_suite._checks import check_integer, check_number
 from jaxopt_suite.lp import (
@@ -488,6 +489,7 @@ class _Solver:
         # candidate pairs whose projection _offer tried: (its LP value, whether it met the
         # model), by a digest of the pairs
         self.projected: dict[bytes, tuple[float, bool]] = {}
+        self._columns = None  # the LP's matrix by columns, for the polishes (_polish)
         self.deadline = math.inf  # perf_counter time of the time limit (set by run)
         self.fallback: tuple[float, np.ndarray | None] = (math.inf, None)  # unpolished
 
@@ -559,12 +561,28 @@ class _Solver:
             options = options._replace(time_limit=min(options.time_limit, left))
         lower, upper = self._bounds(lo, hi)
         lp = self.lp  # unscaled: a polish wants the point, to its own tolerance
-        restricted = LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset)
+        # the lambdas outside the pairs (and any column fixed at 0) add nothing to a row
+        # or the objective: the LP without them is the same LP, and smaller
+        keep = (lower != 0) | (upper != 0)
+        if self._columns is None:
+            self._columns = sp.csc_array(lp.A)
+        restricted = LP(
+            lp.c[keep],
+            self._columns[:, keep],
+            lp.row_lower,
+            lp.row_upper,
+            lower[keep],
+            upper[keep],
+            lp.objective_offset,
+        )
         y0 = np.zeros(lp.num_rows) if y is None else y
         options = options._replace(tolerance=options.tolerance / tighter)
-        sol = solve_lp(restricted, options, warm_start=(np.clip(x, lower, upper), y0))
+        start = np.clip(x, lower, upper)[keep]
+        sol = solve_lp(restricted, options, warm_start=(start, y0))
         if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
-            return "optimal", float(sol.objective), sol.x, float(sol.dual_bound)
+            point = np.zeros(lp.num_cols)
+            point[keep] = sol.x
+            return "optimal", float(sol.objective), point, float(sol.dual_bound)
         if sol.status == Status.PRIMAL_INFEASIBLE:
             return "infeasible", math.nan, None, -math.inf
         return "unfinished", math.nan, None, -math.inf

@@ -621,6 +621,42 @@ def test_no_polish_starts_after_the_time_limit(monkeypatch):
     assert deadlines and all(before + 30.0 <= d <= time.perf_counter() + 30.0 for d in deadlines)
 
 
+def test_a_polish_solves_the_lp_without_the_lambdas_outside_its_pairs(monkeypatch):
+    # the lambdas outside the pairs are fixed at 0 and add nothing to a row or the
+    # objective; the polish solves the LP without them and returns the whole point
+    from jaxopt_suite.lp import LP, solve_lp
+    from jaxopt_suite.pwl import bnb
+    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+
+    model = random_model(2, functions=3, segments=5)
+    comp = model.compile()
+    solver = _Solver(model, comp, resolve_options(PWLOptions()))
+    solver.deadline = math.inf
+    lo = np.array([0, 2, 3], np.int32)
+    hi = lo + 1
+    sizes = []
+    solve = bnb.solve_lp
+    monkeypatch.setattr(
+        bnb, "solve_lp", lambda lp, o, **kw: sizes.append(lp.num_cols) or solve(lp, o, **kw)
+    )
+    state, objective, point, bound = solver._polish(lo, hi, np.zeros(comp.lp.num_cols), None)
+    assert state == "optimal"
+    lower, upper = solver._bounds(lo, hi)
+    removed = (lower == 0) & (upper == 0)
+    assert removed.sum() >= 3 * (5 + 1 - 2)  # each set's lambdas outside its pair
+    assert sizes == [comp.lp.num_cols - removed.sum()]
+    assert point.shape == (comp.lp.num_cols,) and np.all(point[removed] == 0)
+    # the same LP with every column: the same optimum, to the polish tolerance
+    lp = comp.lp
+    full = solve_lp(
+        LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset),
+        solver.polish_options()._replace(time_limit=None),
+    )
+    tolerance = 10 * solver.polish_options().tolerance * (1 + abs(float(full.objective)))
+    assert objective == pytest.approx(float(full.objective), abs=tolerance)
+    assert bound <= float(full.objective) + tolerance
+
+
 def test_a_projection_is_not_repeated_for_the_same_pairs(monkeypatch):
     # once polishing has stopped, the same pairs come back from node after node; their
     # projection is tried again only for an LP value a gap below the best tried
