@@ -11,9 +11,9 @@ the point was close; the objective moves by about as much as the rows did.
 
 Each step is one sparse LU solve of the regularised augmented system
 ``[[I, A_S^T], [A_S, -delta I]]`` (:func:`_least_norm_step`), whose ``d`` is the
-minimum-norm least-squares step up to ``delta``. A round whose step would not reduce the
-rows' residual (the rows left violated are out of the movable columns' reach) lets every
-column move at once, or ends the pass when every column already may.
+minimum-norm least-squares step up to ``delta``, on the rows scaled to norm 1. A round
+whose step would not reduce the rows' residual (the rows left violated are out of the
+movable columns' reach) lets every column move at once, or ends the pass once they may.
 """
 
 from __future__ import annotations
@@ -115,16 +115,18 @@ def _repair_pass(A, row_lower, row_upper, lower, upper, v, tolerance, rounds):
         free = np.flatnonzero(movable)
         if free.size == 0:
             break
-        system = A[rows][:, free]
-        step = _least_norm_step(system, r[rows])
-        if _stalled(system, step, r[rows]) and not widened:
+        # each row scaled to norm 1: the same steps where the rows can be met, and a
+        # regularisation and a stall test that see small rows as large ones
+        system, rhs = _normalised(A[rows][:, free], r[rows])
+        step = _least_norm_step(system, rhs)
+        if _stalled(system, step, rhs) and not widened:
             # the rows left violated are out of the interior columns' reach, and the
             # next rounds would repeat this one: every column may move from now on
             movable, widened = lower < upper, True
             free = np.flatnonzero(movable)
-            system = A[rows][:, free]
-            step = _least_norm_step(system, r[rows])
-        if _stalled(system, step, r[rows]):
+            system, rhs = _normalised(A[rows][:, free], r[rows])
+            step = _least_norm_step(system, rhs)
+        if _stalled(system, step, rhs):
             break
         proposed = v[free] + step
         clipped = np.clip(proposed, lower[free], upper[free])
@@ -132,6 +134,14 @@ def _repair_pass(A, row_lower, row_upper, lower, upper, v, tolerance, rounds):
         v = v.copy()
         v[free] = clipped
     return v
+
+
+def _normalised(system: sp.csr_array, r: np.ndarray) -> tuple[sp.csr_array, np.ndarray]:
+    """``system`` and ``r`` with each row divided by the row's 2-norm (an empty row as it
+    is): the same solutions where the rows can be met."""
+    norms = np.sqrt(np.asarray(system.multiply(system).sum(axis=1)).ravel())
+    weights = 1.0 / np.where(norms > 0, norms, 1.0)
+    return sp.csr_array(sp.diags_array(weights) @ system), weights * r
 
 
 def _stalled(system: sp.csr_array, step: np.ndarray, r: np.ndarray) -> bool:
@@ -143,14 +153,13 @@ def _stalled(system: sp.csr_array, step: np.ndarray, r: np.ndarray) -> bool:
 def _least_norm_step(system: sp.csr_array, r: np.ndarray) -> np.ndarray:
     """``d`` minimising ``|system d - r|`` with the least ``|d|``, to the regularisation:
     ``d`` of the augmented system ``[[I, S^T], [S, -delta I]] [d; y] = [0; r]``, that is
-    ``d = S^T (S S^T + delta I)^{-1} r``, by one sparse LU factorisation (milliseconds
-    where LSQR took thousands of iterations on the branch-and-bound's repairs). LSQR
-    takes over where the factorisation fails or its step is not finite."""
+    ``d = S^T (S S^T + delta I)^{-1} r``, by one sparse LU factorisation. LSQR takes over
+    where the factorisation fails or its step is not finite."""
     m, n = system.shape
     if m == 0 or n == 0:
         return np.zeros(n)
     largest = float(np.max(np.abs(system.data))) if system.nnz else 0.0
-    delta = _REGULARISATION * max(largest, 1.0) ** 2
+    delta = _REGULARISATION * (largest**2 if largest > 0 else 1.0)
     augmented = sp.block_array(
         [[sp.eye_array(n), system.T], [system, -delta * sp.eye_array(m)]], format="csc"
     )

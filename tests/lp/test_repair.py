@@ -108,3 +108,30 @@ def test_least_norm_step_is_the_pseudo_inverse_solution(consistent, monkeypatch)
     monkeypatch.setattr(repair_module, "splu", failing)
     check(_least_norm_step(system, r), 1e-8)
     assert _least_norm_step(sp.csr_array((0, 4)), np.zeros(0)).shape == (4,)
+
+
+@pytest.mark.parametrize("c", [1e-8, 1e-6, 1e-4])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_rows_of_small_or_mixed_scale_are_repaired(c, mixed):
+    # the regularisation and the stall test act on rows scaled to norm 1: a row of tiny
+    # coefficients (alone, or next to a row of coefficients about 1) is not shrunk away
+    if mixed:
+        A, side = np.array([[c, 0.0], [0.0, 1.0]]), [c, 0.5]
+    else:
+        A, side = np.array([[c, c], [c, -c]]), [c, 0.0]
+    lo, hi, start = -10 * np.ones(2), 10 * np.ones(2), np.zeros(2)
+    assert row_violation(A, side, side, lo, hi, start) > 1e-9
+    fixed, after = repair_rows(sp.csr_array(A), side, side, lo, hi, start)
+    assert after <= 1e-12  # the tolerance
+    expected = [0.5, 0.5] if not mixed else [1.0, 0.5]
+    np.testing.assert_allclose(fixed, expected, rtol=1e-9)
+
+
+def test_rows_out_of_reach_end_at_the_least_squares_point():
+    # x0 = 1 and x0 = 2: no point meets both; the repair stops at x0 = 1.5 (each row off
+    # by 0.5, to the regularisation's 1e-10) instead of repeating steps that change
+    # nothing
+    A = sp.csr_array(np.array([[1.0], [1.0]]))
+    fixed, after = repair_rows(A, [1.0, 2.0], [1.0, 2.0], [-10.0], [10.0], [0.0])
+    np.testing.assert_allclose(fixed, [1.5], rtol=1e-9)
+    assert after == pytest.approx(0.5 / 2.0, rel=1e-9)  # (1.5 - 1) / (1 + 1)
