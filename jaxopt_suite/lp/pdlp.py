@@ -298,8 +298,8 @@ def _prepare(lp: LP, options: LPOptions, batched: bool = False) -> tuple[_Data, 
 
 class _MatrixKey:
     """Hashes a CSR matrix by content, so LPs built separately on one matrix (the
-    sequential solves of a batch, the polish LPs of a branch-and-bound) share its
-    preconditioning and device copy."""
+    sequential solves of a batch, the two polishes of one set of pairs in a
+    branch-and-bound) share its preconditioning and device copy."""
 
     __slots__ = ("A", "digest")
 

@@ -486,10 +486,10 @@ class _Solver:
         self.running: dict[int, float] = {}
         self.polish_failures = 0
         self.projection_failures = 0  # node points that _project could not make feasible
-        # candidate pairs whose projection _offer tried: (its LP value, whether it met the
-        # model), by a digest of the pairs
+        # pairs whose projection _offer tried (_projection_pairs): (the candidate's LP value,
+        # whether it met the model), by a digest of the pairs
         self.projected: dict[bytes, tuple[float, bool]] = {}
-        self._columns = None  # the LP's matrix by columns, for the polishes (_polish)
+        self.by_columns = None  # the LP's matrix by columns, for the polishes (_polish)
         self.deadline = math.inf  # perf_counter time of the time limit (set by run)
         self.fallback: tuple[float, np.ndarray | None] = (math.inf, None)  # unpolished
 
@@ -564,11 +564,11 @@ class _Solver:
         # the lambdas outside the pairs (and any column fixed at 0) add nothing to a row
         # or the objective: the LP without them is the same LP, and smaller
         keep = (lower != 0) | (upper != 0)
-        if self._columns is None:
-            self._columns = sp.csc_array(lp.A)
+        if self.by_columns is None:
+            self.by_columns = sp.csc_array(lp.A)
         restricted = LP(
             lp.c[keep],
-            self._columns[:, keep],
+            self.by_columns[:, keep],
             lp.row_lower,
             lp.row_upper,
             lower[keep],
@@ -600,13 +600,13 @@ class _Solver:
         ``"projected"`` if ``x`` moved onto the rows within its pairs meets the model to
         rounding (:meth:`_report`, :data:`PROJECTION_VIOLATION`): a PWL point, kept if it
         beats the incumbent, with its value on the model (pairs whose projection was tried
-        before are projected again only when ``objective`` is lower than the tried one's by
-        more than the search's gap tolerances, else they take its verdict: a heuristic's
-        saving, since the same pairs come back from node after node once polishing has
-        stopped, each projection a least-squares repair on the host); else
-        ``"fallback"``: the candidate
-        is kept, feasible to the node tolerance only, as the answer if no polished one turns
-        up (``MIPSolution.polished`` says so), and never used to prune."""
+        before, :meth:`_projection_pairs`, are projected again only when ``objective`` is
+        lower than the tried one's by more than the search's gap tolerances, else they take
+        its verdict: a heuristic's saving, since the same pairs come back from node after
+        node once polishes stop finishing, each projection a least-squares repair on the
+        host); else ``"fallback"``: the candidate is kept, feasible to the node tolerance
+        only, as the answer if no polished one turns up (``MIPSolution.polished`` says so),
+        and never used to prune."""
         state = "unfinished"
         if self.polish_failures < 2:
             state, polished_objective, polished_x, box_bound = self._polish(lo, hi, x, y)
@@ -617,10 +617,11 @@ class _Solver:
             # moved onto the rows within its pairs, the candidate may meet the model to
             # rounding: then it is a PWL point valued on the model, an incumbent (pairs
             # tried before: again only for an LP value a gap below the tried one)
-            key = hashlib.blake2b(lo.tobytes() + hi.tobytes(), digest_size=16).digest()
-            tried, met = self.projected.get(key, (math.inf, False))
+            pairs = np.concatenate(self._projection_pairs(x)) if np.all(np.isfinite(x)) else x
+            key = hashlib.blake2b(pairs.tobytes(), digest_size=16).digest()
+            tried, met = self.projected.get(key, (None, False))
             slack = max(self.options.absolute_gap, self.options.relative_gap * abs(objective))
-            if objective < tried - slack:
+            if tried is None or objective < tried - slack:
                 outcome = self._project(x, elapsed)  # None: no time left to try it
                 met = bool(outcome)
                 if outcome is not None:
@@ -1209,13 +1210,18 @@ class _Solver:
                 self.heuristics.append(self._pump_job(job.lo, job.hi, x, (x, y), k))
         return None
 
+    def _projection_pairs(self, lp_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs :meth:`_repaired` holds each set's lambdas to: of ``lp_x``'s support
+        where it is a pair, else the segment of the argument's value."""
+        root_lo = np.zeros(self.S, np.int32)
+        root_hi = (self.sizes - 1).astype(np.int32)
+        return self._candidate_intervals(lp_x, root_lo, root_hi)
+
     def _repaired(self, lp_x: np.ndarray) -> np.ndarray:
         """``lp_x`` moved onto the LP's rows to rounding accuracy (:func:`repair_rows`)
         with each set's lambdas held to its pair (or to the segment of its argument): a
         polished LP point meets its rows only to the polish tolerance, in norm."""
-        root_lo = np.zeros(self.S, np.int32)
-        root_hi = (self.sizes - 1).astype(np.int32)
-        lower, upper = self._bounds(*self._candidate_intervals(lp_x, root_lo, root_hi))
+        lower, upper = self._bounds(*self._projection_pairs(lp_x))
         lp = self.lp
         if not np.all(np.isfinite(lp_x)):
             return lp_x

@@ -646,8 +646,14 @@ def test_a_polish_solves_the_lp_without_the_lambdas_outside_its_pairs(monkeypatc
     assert removed.sum() >= 3 * (5 + 1 - 2)  # each set's lambdas outside its pair
     assert sizes == [comp.lp.num_cols - removed.sum()]
     assert point.shape == (comp.lp.num_cols,) and np.all(point[removed] == 0)
-    # the same LP with every column: the same optimum, to the polish tolerance
+    # the point is the solution scattered back: its value and rows are the LP's
     lp = comp.lp
+    assert float(lp.c @ point + lp.objective_offset) == pytest.approx(objective, abs=1e-12)
+    rows = lp.A @ point
+    tolerance = 10 * solver.polish_options().tolerance
+    assert np.all(rows >= lp.row_lower - tolerance * (1 + np.abs(lp.row_lower)))
+    assert np.all(rows <= lp.row_upper + tolerance * (1 + np.abs(lp.row_upper)))
+    # the same LP with every column: the same optimum, to the polish tolerance
     full = solve_lp(
         LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset),
         solver.polish_options()._replace(time_limit=None),
@@ -657,32 +663,44 @@ def test_a_polish_solves_the_lp_without_the_lambdas_outside_its_pairs(monkeypatc
     assert bound <= float(full.objective) + tolerance
 
 
-def test_a_projection_is_not_repeated_for_the_same_pairs(monkeypatch):
-    # once polishing has stopped, the same pairs come back from node after node; their
-    # projection is tried again only for an LP value a gap below the best tried
+@pytest.mark.parametrize("absolute_gap", [1e-6, math.inf])
+def test_a_projection_is_not_repeated_for_the_same_pairs(monkeypatch, absolute_gap):
+    # once polishes stop finishing, the same pairs come back from node after node; their
+    # projection is tried again only for an LP value a gap below the one tried (with an
+    # infinite gap tolerance, as the search for a first point has, only once)
     from jaxopt_suite.pwl.bnb import _Solver, resolve_options
 
     model = random_model(0, functions=3, segments=4)
     comp = model.compile()
-    solver = _Solver(model, comp, resolve_options(PWLOptions()))
+    options = resolve_options(PWLOptions(absolute_gap=absolute_gap))
+    solver = _Solver(model, comp, options)
     solver.deadline = math.inf
     solver.polish_failures = 2  # polishing has stopped
     calls = []
     outcome = [False]
     monkeypatch.setattr(_Solver, "_project", lambda self, x, t: calls.append(t) or outcome[0])
+    # the pairs a projection repairs in: here set by x[0]
+    monkeypatch.setattr(
+        _Solver,
+        "_projection_pairs",
+        lambda self, x: (np.full(comp.num_sets, int(x[0]), np.int32),) * 2,
+    )
     lo = np.zeros(comp.num_sets, np.int32)
     hi = np.ones(comp.num_sets, np.int32)
-    x = np.zeros(comp.lp.num_cols)
-    gap = solver.options.relative_gap
+    x, other = np.zeros(comp.lp.num_cols), np.eye(1, comp.lp.num_cols).ravel()
+    gap = max(options.relative_gap, absolute_gap)  # the slack at values about 1
     assert solver._offer(lo, hi, x, None, 1.0, 0.0)[0] == "fallback"
-    assert solver._offer(lo, hi, x, None, 1.0 - 0.5 * gap, 1.0)[0] == "fallback"
+    assert solver._offer(lo, hi, x, None, 1.0 - 0.5 * options.relative_gap, 1.0)[0] == "fallback"
     assert calls == [0.0]  # within the gap of the tried value: not tried again
-    assert solver.fallback[0] == 1.0 - 0.5 * gap  # the fallback still takes the lower value
+    assert solver.fallback[0] == 1.0 - 0.5 * options.relative_gap  # the fallback takes it
     outcome[0] = True
-    assert solver._offer(lo, hi, x, None, 1.0 - 2 * gap, 2.0)[0] == "projected"
-    assert calls == [0.0, 2.0]
+    verdict = solver._offer(lo, hi, x, None, 1.0 - 2 * gap, 2.0)[0]
+    if math.isinf(gap):  # never again
+        assert verdict == "fallback" and calls == [0.0]
+        return
+    assert verdict == "projected" and calls == [0.0, 2.0]
     # other pairs are tried; a met projection's verdict is kept for its pairs
-    assert solver._offer(lo, hi + 1, x, None, 1.0, 3.0)[0] == "projected"
+    assert solver._offer(lo, hi, other, None, 1.0, 3.0)[0] == "projected"
     outcome[0] = False
     assert solver._offer(lo, hi, x, None, 1.0 - 2 * gap, 4.0)[0] == "projected"
     assert calls == [0.0, 2.0, 3.0]
