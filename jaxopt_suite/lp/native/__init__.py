@@ -73,11 +73,16 @@ def require() -> None:
 )
 @dataclasses.dataclass(frozen=True)
 class CsrMatrix:
-    """A CSR matrix on the device, for :func:`csr_panel` (``columns`` None: unchecked)."""
+    """A CSR matrix on the device, for :func:`csr_panel` (``columns`` None: unchecked).
+
+    ``indices`` and ``data`` run past ``indptr[-1]`` with padding the kernels never read:
+    :meth:`from_scipy` rounds their length up (:func:`padded_length`), so that matrices
+    whose numbers of nonzeros differ a little (the polish LPs of a branch-and-bound, one
+    set of pairs against another) have the same shapes and share a compiled solve."""
 
     indptr: jax.Array  # (rows + 1,) int32
-    indices: jax.Array  # (nnz,) int32
-    data: jax.Array  # (nnz,)
+    indices: jax.Array  # (padded_length(nnz),) int32
+    data: jax.Array  # (padded_length(nnz),)
     rows: int
     columns: int | None = None
 
@@ -88,16 +93,30 @@ class CsrMatrix:
         A.sum_duplicates()
         if A.nnz >= 2**31:
             raise ValueError(f"the native kernel takes under 2**31 nonzeros, got {A.nnz}")
+        length = padded_length(A.nnz)
+        indices = np.zeros(length, np.int32)
+        indices[: A.nnz] = A.indices
+        data = np.zeros(length, np.dtype(dtype))
+        data[: A.nnz] = A.data
         return cls(
             jnp.asarray(A.indptr, jnp.int32),
-            jnp.asarray(A.indices, jnp.int32),
-            jnp.asarray(A.data, dtype),
+            jnp.asarray(indices),
+            jnp.asarray(data, dtype),
             int(A.shape[0]),
             int(A.shape[1]),
         )
 
     def matvec(self, x: jax.Array) -> jax.Array:
         return csr_panel(self, x)
+
+
+def padded_length(nnz: int) -> int:
+    """``nnz`` rounded up to a multiple of a sixteenth of its power of two (at least 64):
+    at most 1/16 more entries, and few distinct lengths."""
+    if nnz <= 64:
+        return 64
+    step = 1 << max(0, int(nnz).bit_length() - 5)
+    return -(-int(nnz) // step) * step
 
 
 def csr_panel(matrix: CsrMatrix, x: jax.Array) -> jax.Array:
