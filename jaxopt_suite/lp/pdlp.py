@@ -298,8 +298,8 @@ def _prepare(lp: LP, options: LPOptions, batched: bool = False) -> tuple[_Data, 
 
 class _MatrixKey:
     """Hashes a CSR matrix by content, so LPs built separately on one matrix (the
-    sequential solves of a batch, the two polishes of one set of pairs in a
-    branch-and-bound) share its preconditioning and device copy."""
+    sequential solves of a batch, the polishes of one set of pairs in a branch-and-bound)
+    share its preconditioning and device copy."""
 
     __slots__ = ("A", "digest")
 
@@ -391,7 +391,7 @@ def _finite_part(v):
 # batch in columns (``(n, B)`` iterates, ``(1, B)`` per-instance scalars, shared vectors as
 # ``(n, 1)``): every reduction runs over axis 0, keeping it in a batch. A batch in columns
 # makes each product one ``(n, B)`` panel with no transposes around it, which ``vmap`` of
-# the single solver could not avoid (it cost about 2.5x more per iteration on CPU).
+# the single solver could not avoid (more time per iteration on CPU).
 
 
 def _total(v):
@@ -728,8 +728,8 @@ def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
             status,
         )
         if options.time_limit is not None:
-            # a host callback takes the call off jax's C++ dispatch path (about 1 ms a
-            # call), so the clock is read only when a time limit needs it
+            # a host callback takes the call off jax's C++ dispatch path (a slower call),
+            # so the clock is read only when a time limit needs it
             whole, fraction = deadline
             left = io_callback(
                 _seconds_left,

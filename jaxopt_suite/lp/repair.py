@@ -137,11 +137,19 @@ def _repair_pass(A, row_lower, row_upper, lower, upper, v, tolerance, rounds):
 
 
 def _normalised(system: sp.csr_array, r: np.ndarray) -> tuple[sp.csr_array, np.ndarray]:
-    """``system`` and ``r`` with each row divided by the row's 2-norm (an empty row as it
-    is): the same solutions where the rows can be met."""
-    norms = np.sqrt(np.asarray(system.multiply(system).sum(axis=1)).ravel())
-    weights = 1.0 / np.where(norms > 0, norms, 1.0)
-    return sp.csr_array(sp.diags_array(weights) @ system), weights * r
+    """``system`` and ``r`` with each row divided by the row's 2-norm: the same solutions
+    where the rows can be met, a row-weighted least-squares point where they cannot. A
+    row without an entry (no free column) drops out: no step changes its residual, which
+    would only hide the others' progress from :func:`_stalled`."""
+    norms = np.sqrt(np.bincount(_row_of_entries(system), system.data**2, system.shape[0]))
+    weights = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+    scaled = sp.csr_array(system, copy=True)
+    scaled.data *= weights[_row_of_entries(scaled)]
+    return scaled, weights * r
+
+
+def _row_of_entries(matrix: sp.csr_array) -> np.ndarray:
+    return np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
 
 
 def _stalled(system: sp.csr_array, step: np.ndarray, r: np.ndarray) -> bool:

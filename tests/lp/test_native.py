@@ -276,6 +276,43 @@ def test_halpern_steps_keep_a_nan():
         assert np.isfinite(np.asarray(x)[:, 1:12]).all()
 
 
+def test_halpern_steps_and_solves_ignore_the_padding():
+    """The Halpern kernel reads A and A^T only within their row ranges (NaN in the padding
+    changes nothing), and solve_lp compiles once for two LPs whose nonzeros differ a
+    little (the arrays' padded lengths are equal)."""
+    with jax.enable_x64(True):
+        A, panels, scalars = _halpern_problem(5, seed=4, shared=False)
+        A = A.tolil()
+        A[A.nonzero()[0][0], A.nonzero()[1][0]] = 0.0  # one fewer: a padded length
+        A = sp.csr_array(A)
+        A.eliminate_zeros()
+        op = native.NativeOperator.from_scipy(A, jnp.float64)
+        clean = native.halpern_steps(op, **panels, **scalars, steps=3)
+        nnz = A.nnz
+        assert op.forward.data.shape[0] > nnz and op.backward.data.shape[0] > nnz
+
+        def poisoned(matrix):
+            return dataclasses.replace(matrix, data=matrix.data.at[nnz:].set(jnp.nan))
+
+        dirty_op = native.NativeOperator(poisoned(op.forward), poisoned(op.backward))
+        dirty = native.halpern_steps(dirty_op, **panels, **scalars, steps=3)
+        for got, want in zip(dirty, clean, strict=True):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        # two LPs a few nonzeros apart: one compiled solve
+        from jaxopt_suite.lp import pdlp
+
+        lp = instances.transportation(4, 5, seed=0)
+        A = lp.A.tolil()
+        A[0, 0] = 0.0
+        fewer = LP(lp.c, A, lp.row_lower, lp.row_upper, lp.var_lower, lp.var_upper)
+        assert fewer.A.nnz == lp.A.nnz - 1
+        options = LPOptions(matrix="native")
+        solve_lp(lp, options)
+        size = pdlp._solve_jit._cache_size()
+        assert solve_lp(fewer, options).status in (Status.OPTIMAL, Status.PRIMAL_INFEASIBLE)
+        assert pdlp._solve_jit._cache_size() == size
+
+
 def test_halpern_steps_name_a_bad_operand():
     A, panels, scalars = _halpern_problem(4, seed=1, shared=True)
     op = native.NativeOperator.from_scipy(A, jnp.float32)

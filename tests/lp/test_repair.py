@@ -135,3 +135,22 @@ def test_rows_out_of_reach_end_at_the_least_squares_point():
     fixed, after = repair_rows(A, [1.0, 2.0], [1.0, 2.0], [-10.0], [10.0], [0.0])
     np.testing.assert_allclose(fixed, [1.5], rtol=1e-9)
     assert after == pytest.approx(0.5 / 2.0, rel=1e-9)  # (1.5 - 1) / (1 + 1)
+
+
+def test_rows_out_of_reach_take_the_row_weighted_least_squares_point():
+    # x0 = 1 and 2 x0 = 4 with the rows scaled to norm 1 (x0 = 1, x0 = 2): x0 = 1.5, not
+    # the unweighted least-squares 1.8
+    A = sp.csr_array(np.array([[1.0], [2.0]]))
+    fixed, _ = repair_rows(A, [1.0, 4.0], [1.0, 4.0], [-10.0], [10.0], [0.0])
+    np.testing.assert_allclose(fixed, [1.5], rtol=1e-9)
+
+
+def test_a_row_without_a_free_column_does_not_end_the_pass():
+    # x0 fixed at 0 with x0 = 1e-4 (violated, out of any column's reach) next to
+    # 1e4 x1 = 1e-3 with x1 free: scaled to norm 1 the second row's residual is 1e-7, and
+    # next to the first row's constant 1e-4 its repair would look like no progress
+    A = sp.csr_array(np.array([[1.0, 0.0], [0.0, 1e4]]))
+    side = [1e-4, 1e-3]
+    fixed, after = repair_rows(A, side, side, [0.0, -1.0], [0.0, 1.0], [0.0, 0.0])
+    np.testing.assert_allclose(fixed, [0.0, 1e-7], rtol=1e-9)
+    assert after == pytest.approx(1e-4 / (1 + 1e-4))  # the first row alone

@@ -693,8 +693,14 @@ def test_a_projection_is_not_repeated_for_the_same_pairs(monkeypatch, absolute_g
     assert solver._offer(lo, hi, x, None, 1.0 - 0.5 * options.relative_gap, 1.0)[0] == "fallback"
     assert calls == [0.0]  # within the gap of the tried value: not tried again
     assert solver.fallback[0] == 1.0 - 0.5 * options.relative_gap  # the fallback takes it
+    # another point, from another box, with the same pairs: the same entry
+    same_pairs = x.copy()
+    same_pairs[1] = 0.5
+    assert solver._offer(lo, hi + 1, same_pairs, None, 1.0, 1.5)[0] == "fallback"
+    assert calls == [0.0]
     outcome[0] = True
-    verdict = solver._offer(lo, hi, x, None, 1.0 - 2 * gap, 2.0)[0]
+    drop = 2 * gap if math.isfinite(gap) else 1e300
+    verdict = solver._offer(lo, hi, x, None, 1.0 - drop, 2.0)[0]
     if math.isinf(gap):  # never again
         assert verdict == "fallback" and calls == [0.0]
         return
@@ -702,7 +708,7 @@ def test_a_projection_is_not_repeated_for_the_same_pairs(monkeypatch, absolute_g
     # other pairs are tried; a met projection's verdict is kept for its pairs
     assert solver._offer(lo, hi, other, None, 1.0, 3.0)[0] == "projected"
     outcome[0] = False
-    assert solver._offer(lo, hi, x, None, 1.0 - 2 * gap, 4.0)[0] == "projected"
+    assert solver._offer(lo, hi, x, None, 1.0 - drop, 4.0)[0] == "projected"
     assert calls == [0.0, 2.0, 3.0]
 
 
