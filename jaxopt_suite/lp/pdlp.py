@@ -1469,29 +1469,19 @@ def batch_refill(
     # a warm start (then a donated batch is left as it was)
     padded = _pad_index(np.arange(slots.size))
     rows = _scaled_rows(scaling, base.c.dtype, *(a[padded] for a in (lower, upper, costs, x0, y0)))
-    host = (batch.var_lower, batch.var_upper, batch.costs, batch.started, batch.offsets)
-    all_lower, all_upper, all_costs, all_started, all_offsets = (
-        a if donate and a.flags.writeable else a.copy() for a in host
-    )
-    all_lower[slots], all_upper[slots], all_costs[slots] = lower, upper, costs
-    all_started[slots] = time.perf_counter()
-    all_offsets[slots] = offsets
-    size = all_lower.shape[0]
+    host = {name: getattr(batch, name) for name in _HOST_FIELDS}
+    host = {name: a if donate and a.flags.writeable else a.copy() for name, a in host.items()}
+    new = (lower, upper, costs, time.perf_counter(), offsets)  # in _HOST_FIELDS' order
+    for name, value in zip(_HOST_FIELDS, new, strict=True):
+        host[name][slots] = value
+    size = batch.var_lower.shape[0]
     source = np.zeros(size, np.int32)
     source[slots] = np.arange(slots.size)
     refill = np.zeros(size, bool)
     refill[slots] = True
     merge = _merge_donated if donate else _merge_jit
     fields, state = merge(_batched_fields(batch.data), batch.state, source, refill, rows)
-    return batch._replace(
-        data=batch.data._replace(**fields),
-        state=state,
-        var_lower=all_lower,
-        var_upper=all_upper,
-        costs=all_costs,
-        started=all_started,
-        offsets=all_offsets,
-    )
+    return batch._replace(data=batch.data._replace(**fields), state=state, **host)
 
 
 def _slot_offsets(lp: LP, offset: Any, size: int) -> np.ndarray:
@@ -1549,15 +1539,18 @@ def batch_resize(batch: LPBatch, keep: Any, size: int) -> LPBatch:
 def _select_slots(batch: LPBatch, pick: np.ndarray) -> LPBatch:
     """The batch made of ``batch``'s slots ``pick`` (repeats allowed), state and data."""
     state, fields = _take_slots((batch.state, _batched_fields(batch.data)), jnp.asarray(pick))
-    return batch._replace(
-        data=batch.data._replace(**fields),
-        state=state,
-        var_lower=batch.var_lower[pick],
-        var_upper=batch.var_upper[pick],
-        costs=batch.costs[pick],
-        started=batch.started[pick],
-        offsets=batch.offsets[pick],
-    )
+    return _with_slots(batch, fields, state, pick)
+
+
+def _with_slots(batch: LPBatch, fields: dict, state, index) -> LPBatch:
+    """``batch`` with the per-slot device ``fields`` and ``state`` of its slots ``index``
+    (an index array or a slice) and those slots' host rows."""
+    host = {name: getattr(batch, name)[index] for name in _HOST_FIELDS}
+    return batch._replace(data=batch.data._replace(**fields), state=state, **host)
+
+
+# the LPBatch fields that hold one host row per slot
+_HOST_FIELDS = ("var_lower", "var_upper", "costs", "started", "offsets")
 
 
 def batch_solution(batch: LPBatch, seconds: float = math.nan, slots: Any = None) -> LPBatchSolution:
@@ -1708,15 +1701,7 @@ def _slot_range(batch: LPBatch, start: int, stop: int) -> LPBatch:
     """The batch of ``batch``'s slots ``start`` to ``stop - 1``, state and data (the host
     rows as views)."""
     state, fields = _slice_slots((batch.state, _batched_fields(batch.data)), start, stop)
-    return batch._replace(
-        data=batch.data._replace(**fields),
-        state=state,
-        var_lower=batch.var_lower[start:stop],
-        var_upper=batch.var_upper[start:stop],
-        costs=batch.costs[start:stop],
-        started=batch.started[start:stop],
-        offsets=batch.offsets[start:stop],
-    )
+    return _with_slots(batch, fields, state, slice(start, stop))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))

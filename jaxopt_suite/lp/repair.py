@@ -141,15 +141,12 @@ def _normalised(system: sp.csr_array, r: np.ndarray) -> tuple[sp.csr_array, np.n
     where the rows can be met, a row-weighted least-squares point where they cannot. A
     row without an entry (no free column) drops out: no step changes its residual, which
     would only hide the others' progress from :func:`_stalled`."""
-    norms = np.sqrt(np.bincount(_row_of_entries(system), system.data**2, system.shape[0]))
+    row_of_entry = np.repeat(np.arange(system.shape[0]), np.diff(system.indptr))
+    norms = np.sqrt(np.bincount(row_of_entry, system.data**2, system.shape[0]))
     weights = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
     scaled = sp.csr_array(system, copy=True)
-    scaled.data *= weights[_row_of_entries(scaled)]
+    scaled.data *= weights[row_of_entry]
     return scaled, weights * r
-
-
-def _row_of_entries(matrix: sp.csr_array) -> np.ndarray:
-    return np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
 
 
 def _stalled(system: sp.csr_array, step: np.ndarray, r: np.ndarray) -> bool:

@@ -164,6 +164,12 @@ OBJECTIVE_SCALE_SHARE = 0.1
 MAX_OBJECTIVE_SCALE = 1e4
 
 
+def gap_slack(options: PWLOptions, value: float) -> float:
+    """How far below ``value`` a bound closes the gap: ``max(absolute_gap, relative_gap *
+    |value|)`` (``options`` resolved)."""
+    return max(float(options.absolute_gap), float(options.relative_gap) * abs(value))
+
+
 def objective_scale(estimate: float, options: PWLOptions) -> float:
     """The factor the search multiplies the objective by (comment above
     :data:`OBJECTIVE_SCALE_SHARE`), for a relaxation optimum of magnitude about
@@ -172,7 +178,7 @@ def objective_scale(estimate: float, options: PWLOptions) -> float:
     ``max(absolute_gap, relative_gap * |estimate|)``."""
     if not math.isfinite(estimate):
         return 1.0
-    slack = max(float(options.absolute_gap), float(options.relative_gap) * abs(estimate))
+    slack = gap_slack(options, estimate)
     if slack <= 0:
         return MAX_OBJECTIVE_SCALE
     scale = float(options.lp.tolerance) / (OBJECTIVE_SCALE_SHARE * slack)
@@ -450,6 +456,8 @@ class _Solver:
         self.sign = lp.objective_sign
         self.S = compiled.num_sets
         self.sizes = compiled.set_size
+        # every set's whole interval of breakpoints (lo, hi): the root node's
+        self.root = (np.zeros(self.S, np.int32), (self.sizes - 1).astype(np.int32))
         self.lam_cols = np.arange(compiled.num_vars, lp.num_cols)
         self.lam_set = compiled.column_set[self.lam_cols]
         self.lam_pos = compiled.column_position[self.lam_cols]
@@ -620,8 +628,7 @@ class _Solver:
             pairs = np.concatenate(self._projection_pairs(x)) if np.all(np.isfinite(x)) else x
             key = hashlib.blake2b(pairs.tobytes(), digest_size=16).digest()
             tried, met = self.projected.get(key, (None, False))
-            slack = max(self.options.absolute_gap, self.options.relative_gap * abs(objective))
-            if tried is None or objective < tried - slack:
+            if tried is None or objective < tried - gap_slack(self.options, objective):
                 outcome = self._project(x, elapsed)  # None: no time left to try it
                 met = bool(outcome)
                 if outcome is not None:
@@ -682,8 +689,7 @@ class _Solver:
     def _cutoff(self) -> float:
         if not math.isfinite(self.incumbent):
             return math.inf
-        slack = max(self.options.absolute_gap, self.options.relative_gap * abs(self.incumbent))
-        return self.incumbent - slack
+        return self.incumbent - gap_slack(self.options, self.incumbent)
 
     def bound(self, running: list[float] | None = None) -> float:
         values = [self.store.bound[self.store.open]]
@@ -812,10 +818,8 @@ class _Solver:
         self.deadline = math.inf if limit is None else start + limit
         B = int(opts.batch_size)
         m, n = self.lp.num_rows, self.lp.num_cols
-        root_lo = np.zeros(self.S, np.int32)
-        root_hi = (self.sizes - 1).astype(np.int32)
-        self.store.push(root_lo, root_hi, -math.inf, 0, -1)
-        lower, upper = self._bounds(root_lo, root_hi)
+        self.store.push(*self.root, -math.inf, 0, -1)
+        lower, upper = self._bounds(*self.root)
         # batch widths B, B/4, B/16, ...: the batched loop costs every lane, parked or not,
         # so the batch is as narrow as the work at hand (each width compiles once)
         widths = sorted({max(1, B // 4**k) for k in range(12)})
@@ -1048,7 +1052,7 @@ class _Solver:
         sol = batch_solution(batch, slots=lend)
         for row, i in enumerate(lend):
             started[i] = -1
-            job, x, y = slots[i], sol.x[row], sol.y[row] / self.scale  # node_lp's duals
+            job, x, y = slots[i], sol.x[row], self._unscaled(sol, row)[2]
             if not np.all(np.isfinite(x)):
                 continue
             if self.options.repair != "off":
@@ -1080,9 +1084,10 @@ class _Solver:
         return MIPStatus.OPTIMAL if self.has_point else MIPStatus.INFEASIBLE
 
     def _unscaled(self, sol, row: int) -> tuple[float, float, np.ndarray]:
-        """A node job's LP objective, safe bound and duals in the model's units: its LP is
-        :attr:`node_lp`, the objective times :attr:`scale`, so each is divided by it (the
-        bound rounded down, to stay safe)."""
+        """A node job's LP objective, safe bound and duals in the model's units (of row
+        ``row`` of ``sol``, a batch solution or iterate): its LP is :attr:`node_lp`, the
+        objective times :attr:`scale`, so each is divided by it (the bound rounded down, to
+        stay safe)."""
         objective, bound, y = float(sol.objective[row]), float(sol.dual_bound[row]), sol.y[row]
         if self.scale == 1.0:
             return objective, bound, y
@@ -1213,9 +1218,7 @@ class _Solver:
     def _projection_pairs(self, lp_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pairs :meth:`_repaired` holds each set's lambdas to: of ``lp_x``'s support
         where it is a pair, else the segment of the argument's value."""
-        root_lo = np.zeros(self.S, np.int32)
-        root_hi = (self.sizes - 1).astype(np.int32)
-        return self._candidate_intervals(lp_x, root_lo, root_hi)
+        return self._candidate_intervals(lp_x, *self.root)
 
     def _repaired(self, lp_x: np.ndarray) -> np.ndarray:
         """``lp_x`` moved onto the LP's rows to rounding accuracy (:func:`repair_rows`)
