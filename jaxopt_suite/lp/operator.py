@@ -4,8 +4,12 @@ Each row's nonzeros sit in a fixed-width slab ``cols[r, :k], vals[r, :k]`` (padd
 value 0 and column 0), so ``A x`` is one gather and one reduction over the slab, with no
 scatter. A row longer than ``k`` is cut into several slab rows whose sums are added back
 with one sorted ``segment_sum`` over the (few) slab rows. ``k`` is the longest row when
-padding to it at most doubles the storage, else twice the mean row length, so one dense
-row (a budget constraint, say) does not blow the slab up to ``m x n``.
+padding to it at most doubles the storage, else the power of two at or below twice the mean
+row length, so one dense row (a budget constraint, say) does not blow the slab up to
+``m x n``. The width and the
+number of slab rows are then rounded up a little (:func:`bucketed`): padding slab rows hold
+value 0, so matrices of similar patterns (the polish LPs of a branch-and-bound, one set of
+pairs against another) have the same shapes and share a compiled solve.
 
 :class:`EllOperator` holds ``A`` and ``A^T`` in this form. Times a panel ``(n, B)`` (many
 LPs sharing one matrix, as ``solve_lp_batch`` holds them) or under ``vmap`` over the vector,
@@ -43,8 +47,8 @@ def check_rows(x: jax.Array, columns: int | None) -> None:
 @dataclasses.dataclass(frozen=True)
 class EllMatrix:
     """``cols, vals``: ``(r, k)`` slabs; ``segment[i]``: the matrix row of slab row ``i``
-    (sorted; used when ``split``); ``rows`` and ``columns``: the matrix's shape (``columns``
-    None: unchecked)."""
+    (sorted; used when ``split``, else slab row ``i < rows`` is row ``i``); ``rows`` and
+    ``columns``: the matrix's shape (``columns`` None: unchecked)."""
 
     cols: jax.Array
     vals: jax.Array
@@ -61,20 +65,25 @@ class EllMatrix:
         counts = np.diff(A.indptr)
         mean = A.nnz / max(m, 1)
         longest = int(counts.max()) if m else 0
-        width = longest if longest * m <= 2 * A.nnz + m else max(1, int(np.ceil(2 * mean)))
-        width = max(width, 1)
+        if longest * m <= 2 * A.nnz + m:
+            width = bucketed(max(longest, 1), 3)
+        else:  # a power of two: the same for matrices whose mean rows differ a little
+            width = 1 << (max(1, int(2 * mean)).bit_length() - 1)
         pieces = np.maximum(1, -(-counts // width))  # slab rows per matrix row
+        split = bool(pieces.sum() != m)
         segment = np.repeat(np.arange(m), pieces)
         first = np.cumsum(pieces) - pieces  # first slab row of each row
         # position of each stored entry: slab row and slot within it
         within = np.arange(A.nnz) - np.repeat(A.indptr[:-1], counts)
         slab_row = np.repeat(first, counts) + within // width
         slot = within % width
-        cols = np.zeros((len(segment), width), np.int32)
-        vals = np.zeros((len(segment), width), dtype)
+        # padding slab rows (value 0): summed into the last row when split, else cut off
+        slabs = max(bucketed(len(segment), 4), 16) if m else 0
+        segment = np.concatenate([segment, np.full(slabs - len(segment), m - 1)])
+        cols = np.zeros((slabs, width), np.int32)
+        vals = np.zeros((slabs, width), dtype)
         cols[slab_row, slot] = A.indices
         vals[slab_row, slot] = A.data
-        split = bool(len(segment) != m)
         return cls(
             jnp.asarray(cols), jnp.asarray(vals), jnp.asarray(segment, jnp.int32), m, split,
             int(A.shape[1]),
@@ -89,8 +98,15 @@ class EllMatrix:
         vals = self.vals if x.ndim == 1 else self.vals[:, :, None]
         out = jnp.sum(vals * gathered, axis=1)
         if self.split:
-            out = jax.ops.segment_sum(out, self.segment, self.rows, indices_are_sorted=True)
-        return out
+            return jax.ops.segment_sum(out, self.segment, self.rows, indices_are_sorted=True)
+        return out[: self.rows]  # slab row i is row i; the padding rows after them go
+
+
+def bucketed(count: int, bits: int) -> int:
+    """``count`` rounded up to a multiple of ``2**-bits`` of its power of two: at most
+    ``2**-bits`` more, and few distinct values (exact below ``2**(bits + 1)``)."""
+    step = 1 << max(0, int(count).bit_length() - 1 - bits)
+    return -(-int(count) // step) * step
 
 
 @functools.cache

@@ -25,7 +25,58 @@ def test_long_rows_are_split_and_short_ones_are_not():
     assert split.cols.shape[0] > A.shape[0]
     banded = sp.csr_array(sp.diags_array([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(9, 9)))
     plain = EllMatrix.from_scipy(banded, np.float32)
-    assert not plain.split and plain.cols.shape == (9, 3)
+    assert not plain.split and plain.cols.shape == (16, 3)  # padded to at least 16 slab rows
+    np.testing.assert_allclose(plain.matvec(jnp.ones(9)), banded @ np.ones(9), atol=1e-6)
+
+
+def test_polish_matrices_of_one_model_share_shapes_and_a_compilation():
+    # each polish LP of the branch-and-bound keeps the columns of one set of pairs; the
+    # patterns differ a little between sets (a breakpoint or a function value at 0 drops
+    # an entry), which changed the slab width of A^T on this instance and compiled the
+    # solve again
+    from jaxopt_suite.pwl import instances as pwl_instances
+
+    compiled = pwl_instances.build(pwl_instances.spec_by_name("workforce_p12x8_k8_s0")).compile()
+    lp = compiled.lp
+    lam = np.arange(compiled.num_vars, lp.num_cols)
+    sets, position = compiled.column_set[lam], compiled.column_position[lam]
+    by_columns = sp.csc_array(lp.A)
+    rng = np.random.default_rng(0)
+    traces, shapes, patterns = [], set(), set()
+    product = jax.jit(lambda op, x, y: traces.append(1) or (op @ x, op.T @ y))
+    for _ in range(12):
+        first = rng.integers(0, compiled.set_size - 1)[sets]
+        keep = np.ones(lp.num_cols, bool)
+        keep[lam] = (position >= first) & (position <= first + 1)
+        M = sp.csr_array(by_columns[:, keep])
+        patterns.add(tuple(np.diff(M.indptr)) + tuple(np.diff(sp.csr_array(M.T).indptr)))
+        op = EllOperator.from_scipy(M, np.float32)
+        shapes.add(tuple(leaf.shape for leaf in jax.tree.leaves(op)))
+        x = rng.normal(size=(M.shape[1], 3)).astype(np.float32)
+        y = rng.normal(size=(M.shape[0], 3)).astype(np.float32)
+        forward, backward = product(op, x, y)
+        np.testing.assert_allclose(forward, M @ x, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(backward, M.T @ y, rtol=1e-5, atol=1e-4)
+    assert len(patterns) > 1  # the row lengths did differ
+    assert len(shapes) == 1 and len(traces) == 1
+    # the slab width: the longest row, at most 1/8 wider ...
+    widths = [EllMatrix.from_scipy(_rows(k), np.float32).cols.shape[1] for k in range(1, 64)]
+    assert all(k <= w <= k + k / 8 for k, w in zip(range(1, 64), widths, strict=True))
+    # ... or, with one long row, a power of two at most twice the mean row length
+    split = EllMatrix.from_scipy(_matrix_with_a_dense_row(), np.float32)
+    width = split.cols.shape[1]
+    assert split.split and width & (width - 1) == 0 and width <= 2 * _mean_row(split)
+
+
+def _mean_row(matrix):
+    return float(np.count_nonzero(matrix.vals)) / matrix.rows
+
+
+def _rows(k):
+    """5 rows of ``k`` entries each."""
+    M = np.zeros((5, 64))
+    M[:, :k] = 1.0
+    return sp.csr_array(M)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
