@@ -816,6 +816,7 @@ class _Solver:
         start = time.perf_counter()
         limit = opts.time_limit
         self.deadline = math.inf if limit is None else start + limit
+        period = 0.0  # seconds per LP evaluation period in the last round
         B = int(opts.batch_size)
         m, n = self.lp.num_rows, self.lp.num_cols
         self.store.push(*self.root, -math.inf, 0, -1)
@@ -919,7 +920,15 @@ class _Solver:
                 status = self._final_status()
                 break
             # ---- advance and read the slots that stopped
-            batch = batch_advance(batch, evaluations=int(opts.evaluations))
+            # a round near the time limit runs only the evaluation periods that fit in the
+            # time left (at least one), at the last round's seconds per period
+            evaluations = int(opts.evaluations)
+            if limit is not None and period > 0.0:
+                left = self.deadline - time.perf_counter()
+                evaluations = max(1, min(evaluations, int(left / period)))
+            advanced = time.perf_counter()
+            batch = batch_advance(batch, evaluations=evaluations)
+            period = (time.perf_counter() - advanced) / evaluations
             rounds += 1
             stat = batch.status
             done = [i for i, job in enumerate(slots) if job is not None and stat[i] >= 0]
@@ -955,7 +964,8 @@ class _Solver:
             if self._gap_closed(bound):
                 status = MIPStatus.OPTIMAL
                 break
-            if opts.time_limit is not None and elapsed >= opts.time_limit:
+            # (the clock again: processing the round, polishes included, takes time)
+            if limit is not None and time.perf_counter() - start >= limit:
                 status = MIPStatus.TIME_LIMIT
                 break
             # (a tree explored to its last node exactly at the limit is complete)

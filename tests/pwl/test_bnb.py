@@ -621,6 +621,62 @@ def test_no_polish_starts_after_the_time_limit(monkeypatch):
     assert deadlines and all(before + 30.0 <= d <= time.perf_counter() + 30.0 for d in deadlines)
 
 
+def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypatch):
+    from jaxopt_suite.pwl import bnb
+    from jaxopt_suite.pwl.bnb import _Solver
+
+    model = random_model(2, functions=4, segments=6)
+    advance = bnb.batch_advance
+    # Evaluation periods of 0.1 s (node LPs that never meet their tolerance, and a sleep
+    # per period), 4 per round: a round started with less than 0.4 s left ran past the
+    # limit by the rest of it (on the pwl suite's largest instances, rounds of 1-2 s).
+    calls = []
+
+    def slow_advance(batch, evaluations, **kwargs):
+        calls.append((time.perf_counter(), evaluations))
+        time.sleep(0.1 * evaluations)
+        return advance(batch, evaluations, **kwargs)
+
+    options = PWLOptions(
+        time_limit=1.5,
+        batch_size=4,
+        evaluations=4,
+        lp=LPOptions(tolerance=1e-30, max_iterations=10**9),
+    )
+    solve_pwl(model, options)  # compiles
+    monkeypatch.setattr(bnb, "batch_advance", slow_advance)
+    begun = time.perf_counter()
+    sol = solve_pwl(model, options)
+    deadline = begun + 1.5
+    assert sol.status == MIPStatus.TIME_LIMIT and len(calls) >= 3
+    for start, evaluations in calls[1:]:  # (the first round has no measured period yet)
+        assert evaluations == 1 or 0.1 * evaluations <= deadline - start + 0.05
+    assert any(evaluations < 4 for _, evaluations in calls)
+    assert all(start < deadline for start, _ in calls)
+    # A round whose processing (polishes, repairs) ran past the limit started another
+    # round: the clock was read before the processing.
+    monkeypatch.setattr(bnb, "batch_advance", advance)
+    options = PWLOptions(time_limit=1.0, batch_size=4)
+    solve_pwl(model, options)  # compiles
+    starts, deadlines, slept = [], [], []
+    process = _Solver._process
+
+    def slow_process(self, *args, **kwargs):
+        deadlines.append(self.deadline)
+        if not slept:
+            slept.append(1)
+            time.sleep(max(0.0, self.deadline - time.perf_counter()) + 0.05)
+        return process(self, *args, **kwargs)
+
+    monkeypatch.setattr(
+        bnb, "batch_advance", lambda *a, **k: starts.append(time.perf_counter()) or advance(*a, **k)
+    )
+    monkeypatch.setattr(_Solver, "_process", slow_process)
+    sol = solve_pwl(model, options)
+    assert slept and sol.status in (MIPStatus.TIME_LIMIT, MIPStatus.OPTIMAL)
+    assert all(start < deadlines[0] for start in starts)
+
+
 def test_a_polish_solves_the_lp_without_the_lambdas_outside_its_pairs(monkeypatch):
     # the lambdas outside the pairs are fixed at 0 and add nothing to a row or the
     # objective; the polish solves the LP without them and returns the whole point
