@@ -159,6 +159,7 @@ class PWLModel:
         self._token = id(self)
         self._name_set: set[str] = set()
         self._row_names: set[str] = set()
+        self._row_cache = None  # see _row_arrays
 
     # -- building ------------------------------------------------------------------------
 
@@ -501,18 +502,39 @@ class PWLModel:
         above = np.maximum(v - hi, 0.0) / (1 + np.abs(np.where(np.isfinite(hi), hi, 0)))
         worst = float(np.max(below, initial=0.0))  # initial: a model without variables
         worst = max(worst, float(np.max(above, initial=0.0)))
-        for coefs, rl, ru, _ in self._rows:
-            a = sum(c * v[i] for i, c in coefs.items())
-            if math.isfinite(rl):
-                worst = max(worst, (rl - a) / (1 + abs(rl)))
-            if math.isfinite(ru):
-                worst = max(worst, (a - ru) / (1 + abs(ru)))
+        rows, rl, ru = self._row_arrays()
+        a = rows @ v
+        with np.errstate(invalid="ignore"):  # inf - inf on the infinite sides, masked
+            low = np.where(np.isfinite(rl), (rl - a) / (1 + np.abs(rl)), -np.inf)
+            high = np.where(np.isfinite(ru), (a - ru) / (1 + np.abs(ru)), -np.inf)
+        for violation in (low, high):  # a NaN row (a NaN value) counts for nothing
+            worst = max(
+                worst, float(np.max(violation, where=~np.isnan(violation), initial=-np.inf))
+            )
         for t in self._terms:
             x = v[t.x.index]
             outside = max(t.breakpoints[0] - x, x - t.breakpoints[-1], 0.0)
             worst = max(worst, outside / (1 + abs(x)))
             worst = max(worst, abs(v[t.z.index] - t(x)) / (1 + abs(t(x))))
         return worst
+
+    def _row_arrays(self) -> tuple[sp.csr_array, np.ndarray, np.ndarray]:
+        """The rows as CSR (each row's entries in its own order, so a product sums them as
+        the row's terms in turn, from 0) with their sides; rebuilt when rows or variables
+        were added (models only grow)."""
+        key = (len(self._rows), self.num_variables)
+        cached = getattr(self, "_row_cache", None)
+        if cached is None or cached[0] != key:
+            indptr = np.cumsum([0] + [len(coefs) for coefs, *_ in self._rows])
+            indices = [i for coefs, *_ in self._rows for i in coefs]
+            data = [c for coefs, *_ in self._rows for c in coefs.values()]
+            rows = sp.csr_array(
+                (np.asarray(data, np.float64), np.asarray(indices, np.int64), indptr),
+                shape=(len(self._rows), self.num_variables),
+            )
+            sides = np.array([(lo, hi) for _, lo, hi, _ in self._rows], np.float64).reshape(-1, 2)
+            cached = self._row_cache = (key, rows, sides[:, 0], sides[:, 1])
+        return cached[1:]
 
     # -- compilation ---------------------------------------------------------------------
 

@@ -64,6 +64,27 @@ def test_model_values_and_check_round_trip():
     assert PWLModel().check(np.zeros(0)) == 0.0  # no variables: nothing violated
 
 
+def test_check_sums_each_row_term_by_term_and_sees_rows_added_later():
+    # the rows are one sparse product, cached: it must sum each row's terms in the row's
+    # order from 0 (as the row reads), to the bit, and follow a model that grows
+    m, (x, y, fx, fy) = small_model()
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        values = rng.normal(size=m.num_variables) * 10.0 ** rng.integers(-3, 4)
+        sums = m._row_arrays()[0] @ values
+        for row, (coefs, *_) in enumerate(m._rows):
+            assert sums[row] == sum(c * values[i] for i, c in coefs.items())
+    values = m.snap(np.array([4.0, 5.0, 0.0, 0.0]))
+    assert m.check(values) <= 1e-12
+    m.add_constraint({x: 1.0, fy: 1.0}, upper=5.0, name="late")  # 4 + 3 = 7 > 5
+    assert m.check(values) == pytest.approx(2.0 / 6.0)
+    z = m.add_variable(-1.0, 1.0, name="z")  # a variable added too
+    m.add_constraint({z: 2.0}, lower=3.0, name="later")
+    assert m.check(np.append(values, 0.5)) == pytest.approx(2.0 / 4.0)
+    # an infinite side is no violation, whatever the row's value
+    assert np.isinf(m._row_arrays()[1]).any() and np.isinf(m._row_arrays()[2]).any()
+
+
 def test_maximisation_is_negated_with_its_sign():
     m, (_, _, fx, _) = small_model()
     m.maximize({fx: 2.0}, constant=1.0)
