@@ -19,8 +19,10 @@ the batch a few evaluation periods, and reads the slots that stopped:
   least-squares repair); a result that meets the model to rounding is an incumbent at once;
 - SOS2 repair jobs: a node's intervals narrowed, per set, to the segment holding
   ``x = sum d_k lambda_k`` (or the adjacent pair of largest mass); any optimal answer is a
-  feasible PWL point, re-solved to a tight tolerance (polished), or where that LP does not
-  finish, projected as above;
+  feasible PWL point, re-solved to a tight tolerance (polished: with each set held to its
+  pair, its lambdas are affine in its argument, so the LP solved is the one over the
+  model's columns and rows with each PWL term replaced by its piece), or where that LP
+  does not finish, projected as above;
 - feasibility-pump jobs: the node's polytope with the objective replaced by the lambda mass
   outside a chosen pair per set (plus a decaying share of the true objective); a point
   with no such mass is sent to repair, else the pairs are re-chosen from it, and a repeated
@@ -75,6 +77,7 @@ from jaxopt_suite.lp import (
     batch_resize,
     batch_solution,
     batch_start,
+    dual_bound,
     solve_lp,
 )
 from jaxopt_suite.lp.bounds import root_implied_bounds
@@ -498,6 +501,7 @@ class _Solver:
         # whether it met the model), by a digest of the pairs
         self.projected: dict[bytes, tuple[float, bool]] = {}
         self.by_columns = None  # the LP's matrix by columns, for the polishes (_polish)
+        self.model_rows = None  # the LP's model rows (CSR), for the segment polishes
         self.deadline = math.inf  # perf_counter time of the time limit (set by run)
         self.fallback: tuple[float, np.ndarray | None] = (math.inf, None)  # unpolished
 
@@ -557,7 +561,8 @@ class _Solver:
         """Solves the LP with only the lambda intervals ``[lo, hi]`` (pairs) allowed, to
         ``polish_tolerance`` (divided by ``tighter``), warm started from ``(x, y)``:
         ``("optimal", objective, x, bound)`` with the safe dual bound of that LP,
-        ``("infeasible", ...)`` when a dual ray proves ``x`` was no PWL point, or
+        ``("infeasible", ...)`` when that LP has no point (a dual ray proves it, or the
+        pieces of one argument do not meet), or
         ``("unfinished", ...)`` (time or iteration limit), or ``("no time", ...)`` without
         a solve once the search's time limit has passed (a polish gets at most the time
         left, so a round that polishes several points ends near the limit)."""
@@ -567,6 +572,9 @@ class _Solver:
             if left <= 0:
                 return "no time", math.nan, None, -math.inf
             options = options._replace(time_limit=min(options.time_limit, left))
+        options = options._replace(tolerance=options.tolerance / tighter)
+        if np.all(hi - lo <= 1):  # pairs (or single breakpoints): the segment LP
+            return self._polish_segments(lo, hi, x, y, options)
         lower, upper = self._bounds(lo, hi)
         lp = self.lp  # unscaled: a polish wants the point, to its own tolerance
         # the lambdas outside the pairs (and any column fixed at 0) add nothing to a row
@@ -584,7 +592,6 @@ class _Solver:
             lp.objective_offset,
         )
         y0 = np.zeros(lp.num_rows) if y is None else y
-        options = options._replace(tolerance=options.tolerance / tighter)
         start = np.clip(x, lower, upper)[keep]
         sol = solve_lp(restricted, options, warm_start=(start, y0))
         if sol.status == Status.OPTIMAL and np.all(np.isfinite(sol.x)):
@@ -594,6 +601,98 @@ class _Solver:
         if sol.status == Status.PRIMAL_INFEASIBLE:
             return "infeasible", math.nan, None, -math.inf
         return "unfinished", math.nan, None, -math.inf
+
+    def _segment_map(self, lo, hi):
+        """``(T, t0, lower, upper)`` for sets held to pairs or single breakpoints
+        (``hi - lo <= 1``): ``v = T x + t0`` maps the model columns ``x`` to the LP's
+        columns, and ``[lower, upper]`` is their box with each argument held to its piece
+        (empty where two pieces of one argument do not meet).
+
+        With set ``s`` held to breakpoints ``d_k < d_{k+1}`` (``w`` apart), its lambdas
+        are affine in its argument ``x``: ``lambda_k = (d_{k+1} - x) / w``,
+        ``lambda_{k+1} = (x - d_k) / w``, the others 0, for ``x`` in ``[d_k, d_{k+1}]``;
+        held to one breakpoint, ``lambda_k = 1`` and ``x = d_k``. Every such point meets
+        the set's convexity and link rows, and every point of the LP held to the pairs is
+        one, so the LP over ``x`` with the model's rows alone is the same LP."""
+        comp, lp = self.compiled, self.lp
+        nv, n, sets = comp.num_vars, lp.num_cols, np.arange(self.S)
+        k0 = np.asarray(lo, np.int64)
+        k1 = np.asarray(hi, np.int64)
+        d0, d1 = self.breaks[sets, k0], self.breaks[sets, k1]
+        col0, col1 = comp.set_start + k0, comp.set_start + k1
+        pair = k1 > k0
+        w, j = (d1 - d0)[pair], self.x_lp_cols[pair]
+        T = sp.csr_array(
+            (
+                np.concatenate([np.ones(nv), -1.0 / w, 1.0 / w]),
+                (
+                    np.concatenate([np.arange(nv), col0[pair], col1[pair]]),
+                    np.concatenate([np.arange(nv), j, j]),
+                ),
+            ),
+            shape=(n, nv),
+        )
+        t0 = np.zeros(n)
+        t0[col0[pair]] = d1[pair] / w
+        t0[col1[pair]] = -d0[pair] / w
+        t0[col0[~pair]] = 1.0
+        lower, upper = lp.var_lower[:nv].copy(), lp.var_upper[:nv].copy()
+        np.maximum.at(lower, self.x_lp_cols, d0)
+        np.minimum.at(upper, self.x_lp_cols, d1)
+        return T, t0, lower, upper
+
+    def _polish_segments(self, lo, hi, x, y, options: LPOptions):
+        """:meth:`_polish` for sets held to pairs or single breakpoints: the LP over the
+        model's columns with each PWL term replaced by its piece (:meth:`_segment_map`), the
+        same LP as the one held to the pairs without the lambdas, the convexity and the
+        link rows, which PDLP solves in far fewer iterations. The point is mapped back to
+        the LP's columns; the bound is the Lagrangian bound (:func:`dual_bound`) of the
+        LP held to the pairs at the duals of the model's rows, with convexity and link
+        duals that give each pair's lambdas reduced cost 0 (so the argument's is the one
+        of the segment LP)."""
+        comp, lp = self.compiled, self.lp
+        T, t0, lower, upper = self._segment_map(lo, hi)
+        if np.any(lower > upper):  # two pieces of one argument that do not meet
+            return "infeasible", math.nan, None, -math.inf
+        U = comp.num_model_rows
+        if self.model_rows is None:
+            self.model_rows = sp.csr_array(lp.A)[:U]
+        rows = self.model_rows
+        shift = rows @ t0
+        segment = LP(
+            T.T @ lp.c,
+            sp.csr_array(rows @ T),
+            lp.row_lower[:U] - shift,
+            lp.row_upper[:U] - shift,
+            lower,
+            upper,
+            lp.objective_offset + float(lp.c @ t0),
+        )
+        y0 = np.zeros(U) if y is None else np.asarray(y)[:U]
+        sol = solve_lp(segment, options, warm_start=(np.clip(x[: comp.num_vars], lower, upper), y0))
+        if sol.status == Status.PRIMAL_INFEASIBLE:
+            return "infeasible", math.nan, None, -math.inf
+        if sol.status != Status.OPTIMAL or not np.all(np.isfinite(sol.x)):
+            return "unfinished", math.nan, None, -math.inf
+        point = T @ sol.x + t0
+        # duals of the LP held to the pairs: the model rows' from the segment LP; each
+        # set's convexity (mu) and link (nu) duals solve g_k - mu + nu d_k = 0 at the
+        # pair's lambdas (g: their reduced costs from the model rows alone)
+        k0, k1 = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        sets = np.arange(self.S)
+        d0, d1 = self.breaks[sets, k0], self.breaks[sets, k1]
+        g = lp.c - rows.T @ sol.y
+        g0, g1 = g[comp.set_start + k0], g[comp.set_start + k1]
+        pair = k1 > k0
+        nu = np.zeros(self.S)
+        nu[pair] = -(g1 - g0)[pair] / (d1 - d0)[pair]
+        mu = g0 + nu * d0
+        duals = np.concatenate([sol.y, np.stack([mu, nu], axis=1).ravel()])
+        box_lower, box_upper = self._bounds(lo, hi)
+        box_lower[: comp.num_vars], box_upper[: comp.num_vars] = lower, upper
+        held = dataclasses.replace(lp, var_lower=box_lower, var_upper=box_upper)
+        bound, _ = dual_bound(held, duals)
+        return "optimal", float(sol.objective), point, bound
 
     def _offer(
         self, lo, hi, x: np.ndarray, y: np.ndarray | None, objective: float, elapsed: float

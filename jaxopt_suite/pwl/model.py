@@ -95,7 +95,10 @@ class CompiledPWL:
     model is negated, as ``LP.objective_sign`` records). SOS2 set ``s`` owns the columns
     ``set_start[s] : set_start[s] + set_size[s]``; ``set_columns`` is the ``(S, K_max+1)``
     padded column table (``-1`` padding), ``column_set`` / ``column_position`` map a
-    lambda column to its set and position (``-1`` for model variables).
+    lambda column to its set and position (``-1`` for model variables). The rows are the
+    model's constraints (``num_model_rows`` of them), then for each set ``s`` its convexity
+    row ``sum lambda = 1`` (row ``num_model_rows + 2 s``) and its link row
+    ``x - sum d_k lambda_k = 0`` (the next).
     """
 
     lp: LP
@@ -113,6 +116,10 @@ class CompiledPWL:
     @property
     def num_sets(self) -> int:
         return len(self.set_start)
+
+    @property
+    def num_model_rows(self) -> int:
+        return self.lp.num_rows - 2 * self.num_sets
 
     def model_values(self, v: np.ndarray) -> np.ndarray:
         """Model-variable values (``z`` included, as ``sum f_k lambda_k``) of an LP point."""

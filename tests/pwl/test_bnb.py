@@ -677,8 +677,99 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
     assert all(start < deadlines[0] for start in starts)
 
 
-def test_a_polish_solves_the_lp_without_the_lambdas_outside_its_pairs(monkeypatch):
-    # the lambdas outside the pairs are fixed at 0 and add nothing to a row or the
+def _held_optimum(comp, lower, upper):
+    """HiGHS's optimum of the compiled LP with the columns held to ``[lower, upper]``."""
+    lp = comp.lp
+    A = lp.A.toarray()
+    eq = lp.row_lower == lp.row_upper
+    up, lo_rows = np.isfinite(lp.row_upper) & ~eq, np.isfinite(lp.row_lower) & ~eq
+    res = linprog(
+        lp.c,
+        A_ub=np.vstack([A[up], -A[lo_rows]]),
+        b_ub=np.concatenate([lp.row_upper[up], -lp.row_lower[lo_rows]]),
+        A_eq=A[eq],
+        b_eq=lp.row_lower[eq],
+        bounds=list(zip(lower, upper, strict=True)),
+        method="highs",
+    )
+    assert res.status == 0
+    return float(res.fun + lp.objective_offset)
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_a_polish_held_to_pairs_solves_the_lp_of_their_segments(monkeypatch, single):
+    # held to a pair (or one breakpoint), a set's lambdas are affine in its argument and
+    # its convexity and link rows hold identically: the polish solves the LP over the
+    # model's columns and rows alone
+    from jaxopt_suite.pwl import bnb
+    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+
+    model = random_model(2, functions=3, segments=5)
+    comp = model.compile()
+    solver = _Solver(model, comp, resolve_options(PWLOptions()))
+    solver.deadline = math.inf
+    lo = np.array([0, 2, 3], np.int32)
+    hi = lo + np.array([1, 0 if single else 1, 1], np.int32)
+    shapes = []
+    solve = bnb.solve_lp
+    monkeypatch.setattr(
+        bnb, "solve_lp", lambda lp, o, **kw: shapes.append(lp.A.shape) or solve(lp, o, **kw)
+    )
+    state, objective, point, bound = solver._polish(lo, hi, np.zeros(comp.lp.num_cols), None)
+    assert state == "optimal"
+    assert shapes == [(comp.num_model_rows, comp.num_vars)]
+    lp = comp.lp
+    lower, upper = solver._bounds(lo, hi)
+    assert point.shape == (lp.num_cols,) and np.all(point[upper == 0] == 0)
+    assert np.all(point >= lower - 1e-12) and np.all(point <= upper + 1e-12)
+    # the point is an LP point held to the pairs: convexity and link rows to rounding,
+    # the model's rows to the polish tolerance, its value the polish's
+    rows = lp.A @ point
+    U = comp.num_model_rows
+    np.testing.assert_allclose(rows[U:], lp.row_lower[U:], rtol=0, atol=1e-12)
+    tolerance = 10 * solver.polish_options().tolerance
+    assert np.all(rows >= lp.row_lower - tolerance * (1 + np.abs(lp.row_lower)))
+    assert np.all(rows <= lp.row_upper + tolerance * (1 + np.abs(lp.row_upper)))
+    assert float(lp.c @ point + lp.objective_offset) == pytest.approx(objective, abs=1e-12)
+    # the optimum of the LP held to the pairs, and a safe bound on it, close to it
+    optimum = _held_optimum(comp, lower, upper)
+    slack = tolerance * (1 + abs(optimum))
+    assert objective == pytest.approx(optimum, abs=slack)
+    assert optimum - slack <= bound <= optimum
+    if single:  # the argument sits at the breakpoint
+        x_col = solver.x_lp_cols[1]
+        assert point[x_col] == solver.breaks[1, 2]
+
+
+def test_pieces_of_one_argument_that_do_not_meet_are_infeasible_without_an_lp(monkeypatch):
+    from jaxopt_suite.pwl import bnb
+    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+
+    m = PWLModel("shared")
+    x = m.add_variable(0.0, 10.0, name="x")
+    f = m.add_pwl(x, [0, 5, 10], [0, 5, 6], name="f")
+    g = m.add_pwl(x, [0, 2, 10], [3, 0, 8], name="g")
+    m.minimize({f: 1.0, g: 1.0})
+    comp = m.compile()
+    solver = _Solver(m, comp, resolve_options(PWLOptions()))
+    solver.deadline = math.inf
+    calls = []
+    monkeypatch.setattr(bnb, "solve_lp", lambda *a, **k: calls.append(1))
+    # f on [5, 10], g on [0, 2]: no x lies on both
+    state, *_ = solver._polish(np.array([1, 0]), np.array([2, 1]), np.zeros(comp.lp.num_cols), None)
+    assert state == "infeasible" and not calls
+    # f on [5, 10], g on [2, 10]: they meet, and the LP puts x on both
+    monkeypatch.undo()
+    state, _, point, _ = solver._polish(
+        np.array([1, 1]), np.array([2, 2]), np.zeros(comp.lp.num_cols), None
+    )
+    assert state == "optimal" and 5.0 - 1e-9 <= point[solver.x_lp_cols[0]] <= 10.0 + 1e-9
+
+
+def test_a_polish_over_wider_intervals_solves_the_lp_without_the_lambdas_outside_them(
+    monkeypatch,
+):
+    # the lambdas outside the intervals are fixed at 0 and add nothing to a row or the
     # objective; the polish solves the LP without them and returns the whole point
     from jaxopt_suite.lp import LP, solve_lp
     from jaxopt_suite.pwl import bnb
@@ -689,7 +780,7 @@ def test_a_polish_solves_the_lp_without_the_lambdas_outside_its_pairs(monkeypatc
     solver = _Solver(model, comp, resolve_options(PWLOptions()))
     solver.deadline = math.inf
     lo = np.array([0, 2, 3], np.int32)
-    hi = lo + 1
+    hi = lo + np.array([1, 2, 1], np.int32)  # set 1 over two segments
     sizes = []
     solve = bnb.solve_lp
     monkeypatch.setattr(
@@ -699,7 +790,7 @@ def test_a_polish_solves_the_lp_without_the_lambdas_outside_its_pairs(monkeypatc
     assert state == "optimal"
     lower, upper = solver._bounds(lo, hi)
     removed = (lower == 0) & (upper == 0)
-    assert removed.sum() >= 3 * (5 + 1 - 2)  # each set's lambdas outside its pair
+    assert removed.sum() >= 3 * (5 + 1 - 2) - 1  # each set's lambdas outside its interval
     assert sizes == [comp.lp.num_cols - removed.sum()]
     assert point.shape == (comp.lp.num_cols,) and np.all(point[removed] == 0)
     # the point is the solution scattered back: its value and rows are the LP's
