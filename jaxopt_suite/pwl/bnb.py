@@ -602,6 +602,12 @@ class _Solver:
             return "infeasible", math.nan, None, -math.inf
         return "unfinished", math.nan, None, -math.inf
 
+    def _pieces(self, lo, hi):
+        """``(k0, k1, d0, d1)`` per set: the first and last breakpoint index of its
+        interval ``[lo, hi]`` and those breakpoints."""
+        k0, k1, sets = np.asarray(lo, np.int64), np.asarray(hi, np.int64), np.arange(self.S)
+        return k0, k1, self.breaks[sets, k0], self.breaks[sets, k1]
+
     def _segment_map(self, lo, hi):
         """``(T, t0, lower, upper)`` for sets held to pairs or single breakpoints
         (``hi - lo <= 1``): ``v = T x + t0`` maps the model columns ``x`` to the LP's
@@ -615,10 +621,8 @@ class _Solver:
         the set's convexity and link rows, and every point of the LP held to the pairs is
         one, so the LP over ``x`` with the model's rows alone is the same LP."""
         comp, lp = self.compiled, self.lp
-        nv, n, sets = comp.num_vars, lp.num_cols, np.arange(self.S)
-        k0 = np.asarray(lo, np.int64)
-        k1 = np.asarray(hi, np.int64)
-        d0, d1 = self.breaks[sets, k0], self.breaks[sets, k1]
+        nv, n = comp.num_vars, lp.num_cols
+        k0, k1, d0, d1 = self._pieces(lo, hi)
         col0, col1 = comp.set_start + k0, comp.set_start + k1
         pair = k1 > k0
         w, j = (d1 - d0)[pair], self.x_lp_cols[pair]
@@ -674,16 +678,22 @@ class _Solver:
             return "infeasible", math.nan, None, -math.inf
         if sol.status != Status.OPTIMAL or not np.all(np.isfinite(sol.x)):
             return "unfinished", math.nan, None, -math.inf
-        point = T @ sol.x + t0
+        # in its box (unscaling can leave a bound by rounding), mapped back; the pairs'
+        # lambdas from the argument's distances to the breakpoints, so in [0, 1] and 0 or
+        # 1 at the ends exactly (d1 / w - x / w would leave rounding there)
+        columns = np.clip(sol.x, lower, upper)
+        point = T @ columns + t0
+        k0, k1, d0, d1 = self._pieces(lo, hi)
+        pair = k1 > k0
+        x_arg = columns[self.x_lp_cols[pair]]
+        w = (d1 - d0)[pair]
+        point[(comp.set_start + k0)[pair]] = (d1[pair] - x_arg) / w
+        point[(comp.set_start + k1)[pair]] = (x_arg - d0[pair]) / w
         # duals of the LP held to the pairs: the model rows' from the segment LP; each
         # set's convexity (mu) and link (nu) duals solve g_k - mu + nu d_k = 0 at the
         # pair's lambdas (g: their reduced costs from the model rows alone)
-        k0, k1 = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-        sets = np.arange(self.S)
-        d0, d1 = self.breaks[sets, k0], self.breaks[sets, k1]
         g = lp.c - rows.T @ sol.y
         g0, g1 = g[comp.set_start + k0], g[comp.set_start + k1]
-        pair = k1 > k0
         nu = np.zeros(self.S)
         nu[pair] = -(g1 - g0)[pair] / (d1 - d0)[pair]
         mu = g0 + nu * d0
@@ -1027,9 +1037,9 @@ class _Solver:
                 evaluations = max(1, min(evaluations, int(left / period)))
             advanced = time.perf_counter()
             batch = batch_advance(batch, evaluations=evaluations)
-            period = (time.perf_counter() - advanced) / evaluations
             rounds += 1
-            stat = batch.status
+            stat = batch.status  # (waits for the round: the advance may return before)
+            period = (time.perf_counter() - advanced) / evaluations
             done = [i for i, job in enumerate(slots) if job is not None and stat[i] >= 0]
             elapsed = time.perf_counter() - start
             # every node job not yet processed, the stopped ones included until their turn

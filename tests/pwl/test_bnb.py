@@ -622,20 +622,27 @@ def test_no_polish_starts_after_the_time_limit(monkeypatch):
 
 
 def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypatch):
+    from jaxopt_suite.lp.pdlp import LPBatch
     from jaxopt_suite.pwl import bnb
     from jaxopt_suite.pwl.bnb import _Solver
 
     model = random_model(2, functions=4, segments=6)
     advance = bnb.batch_advance
     # Evaluation periods of 0.1 s (node LPs that never meet their tolerance, and a sleep
-    # per period), 4 per round: a round started with less than 0.4 s left ran past the
-    # limit by the rest of it (on the pwl suite's largest instances, rounds of 1-2 s).
+    # per period when the round's status is read), 4 per round: a round started with less
+    # than 0.4 s left ran past the limit by the rest of it (on the pwl suite's largest
+    # instances, rounds of 1-2 s).
     calls = []
 
     def slow_advance(batch, evaluations, **kwargs):
         calls.append((time.perf_counter(), evaluations))
-        time.sleep(0.1 * evaluations)
-        return advance(batch, evaluations, **kwargs)
+        pending.append(0.1 * evaluations)  # done when the status is read, as jax's
+        return advance(batch, evaluations, **kwargs)  # asynchronous dispatch does
+
+    def slow_status(batch):
+        while pending:
+            time.sleep(pending.pop())
+        return status.fget(batch)
 
     options = PWLOptions(
         time_limit=1.5,
@@ -644,7 +651,9 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
         lp=LPOptions(tolerance=1e-30, max_iterations=10**9),
     )
     solve_pwl(model, options)  # compiles
+    pending, status = [], LPBatch.status
     monkeypatch.setattr(bnb, "batch_advance", slow_advance)
+    monkeypatch.setattr(LPBatch, "status", property(slow_status))
     begun = time.perf_counter()
     sol = solve_pwl(model, options)
     deadline = begun + 1.5
@@ -655,7 +664,7 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
     assert all(start < deadline for start, _ in calls)
     # A round whose processing (polishes, repairs) ran past the limit started another
     # round: the clock was read before the processing.
-    monkeypatch.setattr(bnb, "batch_advance", advance)
+    monkeypatch.undo()
     options = PWLOptions(time_limit=1.0, batch_size=4)
     solve_pwl(model, options)  # compiles
     starts, deadlines, slept = [], [], []
@@ -696,20 +705,15 @@ def _held_optimum(comp, lower, upper):
     return float(res.fun + lp.objective_offset)
 
 
-@pytest.mark.parametrize("single", [False, True])
-def test_a_polish_held_to_pairs_solves_the_lp_of_their_segments(monkeypatch, single):
-    # held to a pair (or one breakpoint), a set's lambdas are affine in its argument and
-    # its convexity and link rows hold identically: the polish solves the LP over the
-    # model's columns and rows alone
+def _segment_polish(monkeypatch, model, lo, hi):
+    """Polishes ``model``'s LP held to ``[lo, hi]`` (pairs or single breakpoints) from 0
+    and checks it against HiGHS on the LP held to them; returns the solver and point."""
     from jaxopt_suite.pwl import bnb
     from jaxopt_suite.pwl.bnb import _Solver, resolve_options
 
-    model = random_model(2, functions=3, segments=5)
     comp = model.compile()
     solver = _Solver(model, comp, resolve_options(PWLOptions()))
     solver.deadline = math.inf
-    lo = np.array([0, 2, 3], np.int32)
-    hi = lo + np.array([1, 0 if single else 1, 1], np.int32)
     shapes = []
     solve = bnb.solve_lp
     monkeypatch.setattr(
@@ -721,7 +725,7 @@ def test_a_polish_held_to_pairs_solves_the_lp_of_their_segments(monkeypatch, sin
     lp = comp.lp
     lower, upper = solver._bounds(lo, hi)
     assert point.shape == (lp.num_cols,) and np.all(point[upper == 0] == 0)
-    assert np.all(point >= lower - 1e-12) and np.all(point <= upper + 1e-12)
+    assert np.all(point >= lower) and np.all(point <= upper)  # the pairs' lambdas in [0, 1]
     # the point is an LP point held to the pairs: convexity and link rows to rounding,
     # the model's rows to the polish tolerance, its value the polish's
     rows = lp.A @ point
@@ -736,9 +740,41 @@ def test_a_polish_held_to_pairs_solves_the_lp_of_their_segments(monkeypatch, sin
     slack = tolerance * (1 + abs(optimum))
     assert objective == pytest.approx(optimum, abs=slack)
     assert optimum - slack <= bound <= optimum
+    return solver, point
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_a_polish_held_to_pairs_solves_the_lp_of_their_segments(monkeypatch, single):
+    # held to a pair (or one breakpoint), a set's lambdas are affine in its argument and
+    # its convexity and link rows hold identically: the polish solves the LP over the
+    # model's columns and rows alone
+    lo = np.array([0, 2, 3], np.int32)
+    hi = lo + np.array([1, 0 if single else 1, 1], np.int32)
+    model = random_model(2, functions=3, segments=5)
+    solver, point = _segment_polish(monkeypatch, model, lo, hi)
     if single:  # the argument sits at the breakpoint
-        x_col = solver.x_lp_cols[1]
-        assert point[x_col] == solver.breaks[1, 2]
+        assert point[solver.x_lp_cols[1]] == solver.breaks[1, 2]
+
+
+def test_a_segment_polish_with_pwl_values_in_rows_and_a_shared_argument(monkeypatch):
+    # PWL values in rows (the rows' sides shift by the pieces' values at 0), two terms of
+    # one argument whose pieces overlap, and an argument bound inside its breakpoints
+    m = PWLModel("rows")
+    x = m.add_variable(1.0, 9.0, name="x")
+    y = m.add_variable(0.0, 10.0, name="y")
+    f = m.add_pwl(x, [0, 3, 6, 10], [2, 5, 4, 9], name="f")
+    g = m.add_pwl(x, [0, 4, 10], [1, 0, 6], name="g")
+    h = m.add_pwl(y, [0, 5, 10], [0, 4, 5], name="h")
+    m.add_constraint({f: 1.0, h: 2.0, y: -1.0}, lower=3.0, name="mix")
+    m.add_constraint({x: 1.0, y: 1.0}, upper=12.0, name="cap")
+    m.add_constraint({g: 1.0, f: -0.5, x: 0.2}, upper=-1.0, name="spread")
+    m.minimize({f: 1.0, g: 2.0, h: -1.0, y: 0.3})
+    # f on [3, 6], g on [0, 4] (so x in [3, 4]), h on [5, 10]; then x pinned by g's
+    # breakpoint 4 and f's pair
+    for lo, hi in (([1, 0, 1], [2, 1, 2]), ([1, 1, 1], [2, 1, 2])):
+        solver, point = _segment_polish(monkeypatch, m, np.array(lo), np.array(hi))
+        monkeypatch.undo()
+        assert 3.0 - 1e-9 <= point[solver.x_lp_cols[0]] <= 4.0 + 1e-9
 
 
 def test_pieces_of_one_argument_that_do_not_meet_are_infeasible_without_an_lp(monkeypatch):
