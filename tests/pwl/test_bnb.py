@@ -45,14 +45,30 @@ def random_model(seed, functions=3, segments=4, nonconvex=True):
     return m
 
 
-def brute_force(model):
-    """Best objective over every choice of one segment per PWL term (HiGHS LPs)."""
-    comp = model.compile()
+def held_optimum(comp, lower, upper) -> float:
+    """HiGHS's optimum of the compiled LP with the columns held to ``[lower, upper]``
+    (minimisation form, constant included); ``inf`` where it has no solution."""
     lp = comp.lp
     A = lp.A.toarray()
     eq = lp.row_lower == lp.row_upper
     up_rows = np.isfinite(lp.row_upper) & ~eq
     lo_rows = np.isfinite(lp.row_lower) & ~eq
+    r = linprog(
+        lp.c,
+        A_ub=np.vstack([A[up_rows], -A[lo_rows]]),
+        b_ub=np.concatenate([lp.row_upper[up_rows], -lp.row_lower[lo_rows]]),
+        A_eq=A[eq],
+        b_eq=lp.row_lower[eq],
+        bounds=list(zip(lower, upper, strict=True)),
+        method="highs",
+    )
+    return float(r.fun + lp.objective_offset) if r.status == 0 else math.inf
+
+
+def brute_force(model):
+    """Best objective over every choice of one segment per PWL term (HiGHS LPs)."""
+    comp = model.compile()
+    lp = comp.lp
     best = math.inf
     for segs in itertools.product(*[range(t.segments) for t in comp.terms]):
         upper = lp.var_upper.copy()
@@ -61,17 +77,7 @@ def brute_force(model):
             off = np.ones(cols.size, bool)
             off[[k, k + 1]] = False
             upper[cols[off]] = 0.0
-        r = linprog(
-            lp.c,
-            A_ub=np.vstack([A[up_rows], -A[lo_rows]]),
-            b_ub=np.concatenate([lp.row_upper[up_rows], -lp.row_lower[lo_rows]]),
-            A_eq=A[eq],
-            b_eq=lp.row_lower[eq],
-            bounds=list(zip(lp.var_lower, upper, strict=True)),
-            method="highs",
-        )
-        if r.status == 0:
-            best = min(best, r.fun + lp.objective_offset)
+        best = min(best, held_optimum(comp, lp.var_lower, upper))
     return lp.objective_sign * best
 
 
@@ -686,25 +692,6 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
     assert all(start < deadlines[0] for start in starts)
 
 
-def _held_optimum(comp, lower, upper):
-    """HiGHS's optimum of the compiled LP with the columns held to ``[lower, upper]``."""
-    lp = comp.lp
-    A = lp.A.toarray()
-    eq = lp.row_lower == lp.row_upper
-    up, lo_rows = np.isfinite(lp.row_upper) & ~eq, np.isfinite(lp.row_lower) & ~eq
-    res = linprog(
-        lp.c,
-        A_ub=np.vstack([A[up], -A[lo_rows]]),
-        b_ub=np.concatenate([lp.row_upper[up], -lp.row_lower[lo_rows]]),
-        A_eq=A[eq],
-        b_eq=lp.row_lower[eq],
-        bounds=list(zip(lower, upper, strict=True)),
-        method="highs",
-    )
-    assert res.status == 0
-    return float(res.fun + lp.objective_offset)
-
-
 def _segment_polish(monkeypatch, model, lo, hi):
     """Polishes ``model``'s LP held to ``[lo, hi]`` (pairs or single breakpoints) from 0
     and checks it against HiGHS on the LP held to them; returns the solver and point."""
@@ -736,7 +723,8 @@ def _segment_polish(monkeypatch, model, lo, hi):
     assert np.all(rows <= lp.row_upper + tolerance * (1 + np.abs(lp.row_upper)))
     assert float(lp.c @ point + lp.objective_offset) == pytest.approx(objective, abs=1e-12)
     # the optimum of the LP held to the pairs, and a safe bound on it, close to it
-    optimum = _held_optimum(comp, lower, upper)
+    optimum = held_optimum(comp, lower, upper)
+    assert math.isfinite(optimum)
     slack = tolerance * (1 + abs(optimum))
     assert objective == pytest.approx(optimum, abs=slack)
     assert optimum - slack <= bound <= optimum
