@@ -58,9 +58,10 @@ def _options(time_limit: float, batch: int = BATCH) -> PWLOptions:
 
 
 def _warm_up(model, time_limit: float, batch: int = BATCH, seconds: float | None = None) -> float:
-    """Compiles what the timed solve will need: the batch widths and slot-update shapes a
-    solve of ``seconds`` (by default ``time_limit``: as long as the timed one) reaches and
-    the polishing LP (same static options as the timed run)."""
+    """Compiles what the timed solve will need: the batch widths, slot-update shapes and
+    polishing LPs a solve of ``seconds`` (by default ``time_limit``: as long as the timed
+    one) reaches, and a solve of the whole LP at the polish options (same static options as
+    the timed run)."""
     start = time.perf_counter()
     seconds = time_limit if seconds is None else min(seconds, time_limit)
     solve_pwl(model, _options(seconds, batch))

@@ -30,10 +30,11 @@ def test_long_rows_are_split_and_short_ones_are_not():
 
 
 def test_polish_matrices_of_one_model_share_shapes_and_a_compilation():
-    # each polish LP of the branch-and-bound keeps the columns of one set of pairs; the
-    # patterns differ a little between sets (a breakpoint or a function value at 0 drops
-    # an entry), which changed the slab width of A^T on this instance and compiled the
-    # solve again
+    # LPs of one model held to different pairs, their lambdas outside the pairs dropped
+    # (as the branch-and-bound's polishes were built, and still are over intervals wider
+    # than pairs): the patterns differ a little between pair sets (a breakpoint or a
+    # function value at 0 drops an entry), which changed the slab width of A^T on this
+    # instance and compiled the solve again
     from jaxopt_suite.pwl import instances as pwl_instances
 
     compiled = pwl_instances.build(pwl_instances.spec_by_name("workforce_p12x8_k8_s0")).compile()
