@@ -608,11 +608,12 @@ class _Solver:
         k0, k1, sets = np.asarray(lo, np.int64), np.asarray(hi, np.int64), np.arange(self.S)
         return k0, k1, self.breaks[sets, k0], self.breaks[sets, k1]
 
-    def _segment_map(self, lo, hi):
+    def _segment_map(self, pieces):
         """``(T, t0, lower, upper)`` for sets held to pairs or single breakpoints
-        (``hi - lo <= 1``): ``v = T x + t0`` maps the model columns ``x`` to the LP's
-        columns, and ``[lower, upper]`` is their box with each argument held to its piece
-        (empty where two pieces of one argument do not meet).
+        (``hi - lo <= 1``; ``pieces`` from :meth:`_pieces`): ``v = T x + t0`` maps the
+        model columns ``x`` to the LP's columns, and ``[lower, upper]`` is their box with
+        each argument held to its piece (empty where two pieces of one argument do not
+        meet).
 
         With set ``s`` held to breakpoints ``d_k < d_{k+1}`` (``w`` apart), its lambdas
         are affine in its argument ``x``: ``lambda_k = (d_{k+1} - x) / w``,
@@ -622,7 +623,7 @@ class _Solver:
         one, so the LP over ``x`` with the model's rows alone is the same LP."""
         comp, lp = self.compiled, self.lp
         nv, n = comp.num_vars, lp.num_cols
-        k0, k1, d0, d1 = self._pieces(lo, hi)
+        k0, k1, d0, d1 = pieces
         col0, col1 = comp.set_start + k0, comp.set_start + k1
         pair = k1 > k0
         w, j = (d1 - d0)[pair], self.x_lp_cols[pair]
@@ -655,7 +656,8 @@ class _Solver:
         duals that give each pair's lambdas reduced cost 0 (so the argument's is the one
         of the segment LP)."""
         comp, lp = self.compiled, self.lp
-        T, t0, lower, upper = self._segment_map(lo, hi)
+        pieces = self._pieces(lo, hi)
+        T, t0, lower, upper = self._segment_map(pieces)
         if np.any(lower > upper):  # two pieces of one argument that do not meet
             return "infeasible", math.nan, None, -math.inf
         U = comp.num_model_rows
@@ -678,15 +680,16 @@ class _Solver:
             return "infeasible", math.nan, None, -math.inf
         if sol.status != Status.OPTIMAL or not np.all(np.isfinite(sol.x)):
             return "unfinished", math.nan, None, -math.inf
-        # in its box (unscaling can leave a bound by rounding), mapped back; the pairs'
-        # lambdas from the argument's distances to the breakpoints, so in [0, 1] and 0 or
-        # 1 at the ends exactly (d1 / w - x / w would leave rounding there)
+        # in its box (unscaling can leave a bound by rounding), mapped back: T x + t0,
+        # with the pairs' lambdas from the argument's distances to the breakpoints, so in
+        # [0, 1] and 0 or 1 at the ends exactly (d1 / w - x / w would leave rounding there)
         columns = np.clip(sol.x, lower, upper)
-        point = T @ columns + t0
-        k0, k1, d0, d1 = self._pieces(lo, hi)
+        k0, k1, d0, d1 = pieces
         pair = k1 > k0
         x_arg = columns[self.x_lp_cols[pair]]
         w = (d1 - d0)[pair]
+        point = t0.copy()  # a single breakpoint's lambda (1); the rest set here
+        point[: comp.num_vars] = columns
         point[(comp.set_start + k0)[pair]] = (d1[pair] - x_arg) / w
         point[(comp.set_start + k1)[pair]] = (x_arg - d0[pair]) / w
         # duals of the LP held to the pairs: the model rows' from the segment LP; each
@@ -695,7 +698,7 @@ class _Solver:
         g = lp.c - rows.T @ sol.y
         g0, g1 = g[comp.set_start + k0], g[comp.set_start + k1]
         nu = np.zeros(self.S)
-        nu[pair] = -(g1 - g0)[pair] / (d1 - d0)[pair]
+        nu[pair] = -(g1 - g0)[pair] / w
         mu = g0 + nu * d0
         duals = np.concatenate([sol.y, np.stack([mu, nu], axis=1).ravel()])
         box_lower, box_upper = self._bounds(lo, hi)

@@ -636,8 +636,7 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
     advance = bnb.batch_advance
     # Evaluation periods of 0.1 s (node LPs that never meet their tolerance, and a sleep
     # per period when the round's status is read), 4 per round: a round started with less
-    # than 0.4 s left ran past the limit by the rest of it (on the pwl suite's largest
-    # instances, rounds of 1-2 s).
+    # than 0.4 s left ran past the limit by the rest of it.
     calls = []
 
     def slow_advance(batch, evaluations, **kwargs):
@@ -692,9 +691,10 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
     assert all(start < deadlines[0] for start in starts)
 
 
-def _segment_polish(monkeypatch, model, lo, hi):
-    """Polishes ``model``'s LP held to ``[lo, hi]`` (pairs or single breakpoints) from 0
-    and checks it against HiGHS on the LP held to them; returns the solver and point."""
+def _polished(monkeypatch, model, lo, hi):
+    """Polishes ``model``'s LP held to ``[lo, hi]`` from 0: ``(solver, (lower, upper),
+    shapes of the LPs solved, objective, point, bound)``, the point checked to be a point
+    of the LP's columns with the polish's value, its rows met to the polish tolerance."""
     from jaxopt_suite.pwl import bnb
     from jaxopt_suite.pwl.bnb import _Solver, resolve_options
 
@@ -708,20 +708,28 @@ def _segment_polish(monkeypatch, model, lo, hi):
     )
     state, objective, point, bound = solver._polish(lo, hi, np.zeros(comp.lp.num_cols), None)
     assert state == "optimal"
-    assert shapes == [(comp.num_model_rows, comp.num_vars)]
     lp = comp.lp
-    lower, upper = solver._bounds(lo, hi)
-    assert point.shape == (lp.num_cols,) and np.all(point[upper == 0] == 0)
-    assert np.all(point >= lower) and np.all(point <= upper)  # the pairs' lambdas in [0, 1]
-    # the point is an LP point held to the pairs: convexity and link rows to rounding,
-    # the model's rows to the polish tolerance, its value the polish's
+    assert point.shape == (lp.num_cols,)
+    assert float(lp.c @ point + lp.objective_offset) == pytest.approx(objective, abs=1e-12)
     rows = lp.A @ point
-    U = comp.num_model_rows
-    np.testing.assert_allclose(rows[U:], lp.row_lower[U:], rtol=0, atol=1e-12)
     tolerance = 10 * solver.polish_options().tolerance
     assert np.all(rows >= lp.row_lower - tolerance * (1 + np.abs(lp.row_lower)))
     assert np.all(rows <= lp.row_upper + tolerance * (1 + np.abs(lp.row_upper)))
-    assert float(lp.c @ point + lp.objective_offset) == pytest.approx(objective, abs=1e-12)
+    return solver, solver._bounds(lo, hi), shapes, objective, point, bound
+
+
+def _segment_polish(monkeypatch, model, lo, hi):
+    """Polishes ``model``'s LP held to ``[lo, hi]`` (pairs or single breakpoints) from 0
+    and checks it against HiGHS on the LP held to them; returns the solver and point."""
+    solver, (lower, upper), shapes, objective, point, bound = _polished(monkeypatch, model, lo, hi)
+    comp = solver.compiled
+    assert shapes == [(comp.num_model_rows, comp.num_vars)]
+    assert np.all(point[upper == 0] == 0)
+    assert np.all(point >= lower) and np.all(point <= upper)  # the pairs' lambdas in [0, 1]
+    # the point is an LP point held to the pairs: convexity and link rows to rounding
+    U = comp.num_model_rows
+    np.testing.assert_allclose((comp.lp.A @ point)[U:], comp.lp.row_lower[U:], rtol=0, atol=1e-12)
+    tolerance = 10 * solver.polish_options().tolerance
     # the optimum of the LP held to the pairs, and a safe bound on it, close to it
     optimum = held_optimum(comp, lower, upper)
     assert math.isfinite(optimum)
@@ -796,34 +804,17 @@ def test_a_polish_over_wider_intervals_solves_the_lp_without_the_lambdas_outside
     # the lambdas outside the intervals are fixed at 0 and add nothing to a row or the
     # objective; the polish solves the LP without them and returns the whole point
     from jaxopt_suite.lp import LP, solve_lp
-    from jaxopt_suite.pwl import bnb
-    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
 
     model = random_model(2, functions=3, segments=5)
-    comp = model.compile()
-    solver = _Solver(model, comp, resolve_options(PWLOptions()))
-    solver.deadline = math.inf
     lo = np.array([0, 2, 3], np.int32)
     hi = lo + np.array([1, 2, 1], np.int32)  # set 1 over two segments
-    sizes = []
-    solve = bnb.solve_lp
-    monkeypatch.setattr(
-        bnb, "solve_lp", lambda lp, o, **kw: sizes.append(lp.num_cols) or solve(lp, o, **kw)
-    )
-    state, objective, point, bound = solver._polish(lo, hi, np.zeros(comp.lp.num_cols), None)
-    assert state == "optimal"
-    lower, upper = solver._bounds(lo, hi)
+    solver, (lower, upper), shapes, objective, point, bound = _polished(monkeypatch, model, lo, hi)
+    lp = solver.compiled.lp
     removed = (lower == 0) & (upper == 0)
     assert removed.sum() >= 3 * (5 + 1 - 2) - 1  # each set's lambdas outside its interval
-    assert sizes == [comp.lp.num_cols - removed.sum()]
-    assert point.shape == (comp.lp.num_cols,) and np.all(point[removed] == 0)
-    # the point is the solution scattered back: its value and rows are the LP's
-    lp = comp.lp
-    assert float(lp.c @ point + lp.objective_offset) == pytest.approx(objective, abs=1e-12)
-    rows = lp.A @ point
-    tolerance = 10 * solver.polish_options().tolerance
-    assert np.all(rows >= lp.row_lower - tolerance * (1 + np.abs(lp.row_lower)))
-    assert np.all(rows <= lp.row_upper + tolerance * (1 + np.abs(lp.row_upper)))
+    assert [n for _, n in shapes] == [lp.num_cols - removed.sum()]
+    # the point is the solution scattered back (its value and rows checked by _polished)
+    assert np.all(point[removed] == 0)
     # the same LP with every column: the same optimum, to the polish tolerance
     full = solve_lp(
         LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper, lp.objective_offset),

@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from jaxopt_suite import _native
 from jaxopt_suite._checks import check_integer
-from jaxopt_suite.lp.operator import SharedOperator, check_rows
+from jaxopt_suite.lp.operator import SharedOperator, bucketed, check_rows
 
 SOURCE = Path(__file__).with_name("csr_spmm.cc")
 TARGET = "jaxopt_suite_csr_panel"
@@ -113,10 +113,7 @@ class CsrMatrix:
 def padded_length(nnz: int) -> int:
     """``nnz`` rounded up to a multiple of a sixteenth of its power of two (at least 64):
     at most 1/16 more entries, and few distinct lengths."""
-    if nnz <= 64:
-        return 64
-    step = 1 << max(0, int(nnz).bit_length() - 5)
-    return -(-int(nnz) // step) * step
+    return max(64, bucketed(nnz, 4))
 
 
 def csr_panel(matrix: CsrMatrix, x: jax.Array) -> jax.Array:
