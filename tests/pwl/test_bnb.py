@@ -608,6 +608,7 @@ def test_no_polish_starts_after_the_time_limit(monkeypatch):
     solver._polish(lo, hi, x, None)
     assert len(limits) == 1 and 0 < limits[0] <= 0.5  # the time left, not 10 / 8
     solver.deadline = time.perf_counter() - 1.0
+    solver.polished.clear()  # (a remembered verdict needs no LP)
     assert solver._polish(lo, hi, x, None)[0] == "no time"
     assert len(limits) == 1  # no LP was started
     verdict, _ = solver._offer(lo, hi, x, None, 1.0, 11.0)
@@ -823,6 +824,96 @@ def test_a_polish_over_wider_intervals_solves_the_lp_without_the_lambdas_outside
     tolerance = 10 * solver.polish_options().tolerance * (1 + abs(float(full.objective)))
     assert objective == pytest.approx(float(full.objective), abs=tolerance)
     assert bound <= float(full.objective) + tolerance
+
+
+def test_a_settled_polish_is_not_solved_again(monkeypatch):
+    # a polish's LP is set by its intervals and tolerance alone: one that came out optimal
+    # or infeasible is remembered, with its verdict, objective and bound; one that did not
+    # finish is solved again
+    from jaxopt_suite.pwl import bnb
+    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+
+    model = random_model(2, functions=3, segments=5)
+    comp = model.compile()
+    solver = _Solver(model, comp, resolve_options(PWLOptions()))
+    solver.deadline = math.inf
+    solves = []
+    solve = bnb.solve_lp
+    monkeypatch.setattr(bnb, "solve_lp", lambda *a, **k: solves.append(1) or solve(*a, **k))
+    lo = np.array([0, 2, 3], np.int32)
+    hi = lo + 1
+    first = solver._polish(lo, hi, np.zeros(comp.lp.num_cols), None)
+    assert first[0] == "optimal" and first[2] is not None and len(solves) == 1
+    again = solver._polish(lo.copy(), hi.copy(), np.ones(comp.lp.num_cols), None)
+    assert again == (first[0], first[1], None, first[3]) and len(solves) == 1
+    solver.deadline = time.perf_counter() - 1.0  # a remembered verdict needs no time
+    assert solver._polish(lo, hi, np.zeros(comp.lp.num_cols), None)[0] == "optimal"
+    solver.deadline = math.inf
+    # a tighter polish of the same intervals is another LP
+    tight = solver._polish(lo, hi, np.zeros(comp.lp.num_cols), None, tighter=100.0)
+    assert tight[2] is not None and len(solves) == 2
+    # other intervals are another LP; an unfinished polish is not remembered
+    unfinished = []
+
+    def not_finished(self, *args):
+        unfinished.append(1)
+        return "unfinished", math.nan, None, -math.inf
+
+    monkeypatch.setattr(_Solver, "_solve_polish", not_finished)
+    for _ in range(2):
+        assert solver._polish(lo, hi + np.array([0, 0, 1]), None, None)[0] == "unfinished"
+    assert len(unfinished) == 2
+    assert solver._polish(lo, hi, None, None)[0] == "optimal" and len(unfinished) == 2
+
+
+def test_an_offer_of_pairs_polished_before_leaves_the_incumbent(monkeypatch):
+    # offered again (from another node, another warm start), pairs polished before give
+    # their remembered bound and no point: the incumbent only falls, so what their polish
+    # could give it, it gave the first time
+    from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+
+    model = random_model(2, functions=3, segments=5)
+    comp = model.compile()
+    solver = _Solver(model, comp, resolve_options(PWLOptions()))
+    solver.deadline = math.inf
+    lo = np.array([0, 2, 3], np.int32)
+    hi = lo + 1
+    x = np.zeros(comp.lp.num_cols)
+    verdict, bound = solver._offer(lo, hi, x, None, -math.inf, 0.0)
+    assert verdict == "accepted" and math.isfinite(solver.incumbent)
+    incumbent, point = solver.incumbent, solver.incumbent_x.copy()
+    reports = []
+    monkeypatch.setattr(_Solver, "_report", lambda self, *a: reports.append(1))
+    solver.incumbent = math.inf  # even where it would beat the incumbent
+    assert solver._offer(lo, hi, x + 0.5, None, -math.inf, 1.0) == ("accepted", bound)
+    assert not reports and solver.incumbent == math.inf
+    solver.incumbent = incumbent
+    np.testing.assert_array_equal(solver.incumbent_x, point)
+
+
+def test_a_repair_job_is_made_once_for_its_pairs():
+    # a repair job's LP is set by its pairs: pairs repaired or polished before make none
+    from jaxopt_suite.pwl.bnb import _digest, _Solver, resolve_options
+
+    model = random_model(2, functions=3, segments=5)
+    comp = model.compile()
+    solver = _Solver(model, comp, resolve_options(PWLOptions()))
+    x = np.zeros(comp.lp.num_cols)
+    lo, hi = solver.root
+    job = solver._repair_job(lo, hi, x, None)
+    assert job is not None and np.all(job.hi - job.lo <= 1)
+    assert solver._repair_job(lo, hi, x, None) is None
+    # another point, in other pairs: a job, unless those pairs were polished
+    other = solver._repair_job(lo, hi, x + 1e-3, None)
+    elsewhere = x.copy()
+    elsewhere[solver.x_lp_cols] = solver.breaks[np.arange(comp.num_sets), -1]
+    pairs = solver._repair_job(lo, hi, elsewhere, None)
+    assert pairs is not None and not np.array_equal(pairs.lo, job.lo)
+    assert other is None or not np.array_equal(other.lo, job.lo)
+    solver.repairs.clear()
+    solver.polished[_digest(pairs.lo, pairs.hi)] = ("optimal", 1.0, 0.0)
+    assert solver._repair_job(lo, hi, elsewhere, None) is None
+    assert solver._repair_job(lo, hi, x, None) is not None
 
 
 @pytest.mark.parametrize("absolute_gap", [1e-6, math.inf])
