@@ -1074,11 +1074,17 @@ class _Solver:
                 break
             # ---- advance and read the slots that stopped
             # a round near the time limit runs only the evaluation periods that fit in the
-            # time left (at least one), at the last round's seconds per period
+            # time left (at least one), at the last round's seconds per period; none starts
+            # once the limit has passed (resizing and refilling take time, a compile of a
+            # new width or count most; the jobs just filled keep their bounds in the slots)
             evaluations = int(opts.evaluations)
-            if limit is not None and period > 0.0:
+            if limit is not None:
                 left = self.deadline - time.perf_counter()
-                evaluations = max(1, min(evaluations, int(left / period)))
+                if left <= 0:
+                    status = MIPStatus.TIME_LIMIT
+                    break
+                if period > 0.0:
+                    evaluations = max(1, min(evaluations, int(left / period)))
             advanced = time.perf_counter()
             batch = batch_advance(batch, evaluations=evaluations)
             rounds += 1

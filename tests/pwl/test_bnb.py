@@ -692,6 +692,35 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
     assert all(start < deadlines[0] for start in starts)
 
 
+def test_no_round_starts_after_the_limit_that_refilling_passed(monkeypatch):
+    # resizing and refilling the batch take time (a compile of a new width, most): a refill
+    # that ran past the limit started a round after it
+    from jaxopt_suite.pwl import bnb
+
+    model = random_model(2, functions=4, segments=6)
+    options = PWLOptions(time_limit=1.0, batch_size=4)
+    solve_pwl(model, options)  # compiles
+    advance, refill = bnb.batch_advance, bnb.batch_refill
+    starts, refills = [], []
+    begun = [0.0]
+
+    def slow_refill(*args, **kwargs):
+        refills.append(1)
+        if len(refills) == 2:  # after the root's round
+            time.sleep(max(0.0, begun[0] + 1.0 - time.perf_counter()) + 0.05)
+        return refill(*args, **kwargs)
+
+    monkeypatch.setattr(
+        bnb, "batch_advance", lambda *a, **k: starts.append(time.perf_counter()) or advance(*a, **k)
+    )
+    monkeypatch.setattr(bnb, "batch_refill", slow_refill)
+    begun[0] = time.perf_counter()
+    sol = solve_pwl(model, options)
+    assert len(refills) >= 2 and sol.status == MIPStatus.TIME_LIMIT
+    assert all(start < begun[0] + 1.0 for start in starts)
+    assert sol.bound <= sol.objective  # the jobs filled and never run keep their bounds
+
+
 def _polished(monkeypatch, model, lo, hi):
     """Polishes ``model``'s LP held to ``[lo, hi]`` from 0: ``(solver, (lower, upper),
     shapes of the LPs solved, objective, point, bound)``, the point checked to be a point
