@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import math
 import os
 import platform
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jax
+
+from benchmarks.jsonio import dumps
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -291,22 +292,15 @@ def write_result(result: SuiteResult, out_dir: Path, measured_sha: str | None = 
     payload = result.to_json(measured_sha)
     # through a temporary file: a run killed while writing keeps the last complete result
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
+    tmp.write_text(dumps(payload, indent=2) + "\n")
     tmp.replace(path)
     return path
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    """``payload`` as JSON at ``path`` through a temporary file, so a process killed while
-    writing leaves the last complete file (the GPU scripts rewrite theirs after each case)."""
+    """``payload`` as JSON at ``path`` (:func:`dumps`; what JSON has no type for as its
+    ``str``) through a temporary file, so a process killed while writing leaves the last
+    complete file (the GPU scripts rewrite theirs after each case)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    tmp.write_text(dumps(payload, indent=1, default=str))
     tmp.replace(path)
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot serialise {type(value).__name__}")

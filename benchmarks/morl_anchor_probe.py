@@ -26,13 +26,13 @@ within-step spread.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
 from benchmarks import morl as M
 from benchmarks.harness import environment
+from benchmarks.jsonio import dumps
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 from jaxopt_suite.rl.aetdice.policy import flatten_steps
@@ -90,11 +90,11 @@ def main(argv=None) -> None:
         raise ValueError(f"--replicates must be >= 0, got {replicates}")
     results = probe(args.task, args.family, replicates)
     with open(args.out, "w") as f:
-        json.dump(
+        f.write(dumps(
             {"command": "python -m benchmarks.morl_anchor_probe " + " ".join(argv),
              "environment": environment(), "task": args.task, "family": args.family,
-             "replicates": replicates, "results": results}, f, indent=1,
-        )  # fmt: skip
+             "replicates": replicates, "results": results}, indent=1,
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ iterations already (0.93 and 0.93), its energy returns do not (-0.34; spread 6).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import jax
@@ -42,6 +41,7 @@ import numpy as np
 import envs
 from benchmarks import morl as M
 from benchmarks.harness import environment
+from benchmarks.jsonio import dumps
 
 BRAX_TASKS = tuple(name for name, task in M.TASKS.items() if "behaviour_iterations" in task)
 
@@ -130,13 +130,13 @@ def main(argv=None) -> None:
     task = M.TASKS[args.task]
     grid, results = probe(args.task, iterations, samplings, args.replicate)
     with open(args.out, "w") as f:
-        json.dump(
+        f.write(dumps(
             {"command": "python -m benchmarks.morl_behaviour_probe " + " ".join(argv),
              "environment": environment(), "task": args.task, "replicate": args.replicate,
              "suite_setting": {"iterations": task["behaviour_iterations"],
                                "sampling": M.BEHAVIOUR_SAMPLING},
-             "preferences": np.asarray(grid).tolist(), "results": results}, f, indent=1,
-        )  # fmt: skip
+             "preferences": np.asarray(grid).tolist(), "results": results}, indent=1,
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":

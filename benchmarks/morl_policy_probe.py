@@ -212,7 +212,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 
@@ -222,6 +221,7 @@ import numpy as np
 import envs
 from benchmarks import morl as M
 from benchmarks.harness import environment
+from benchmarks.jsonio import dumps
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import exact
 from jaxopt_suite.rl.aetdice import utilities as U
@@ -428,14 +428,14 @@ def main(argv=None) -> None:
         variants=variants, behaviour=behaviour,
     )  # fmt: skip
     with open(args.out, "w") as f:
-        json.dump(
+        f.write(dumps(
             {"command": "python -m benchmarks.morl_policy_probe " + " ".join(argv),
              "environment": environment(), "task": args.task,
              "seeds": M.SEEDS if replicates is None else len(replicates),
              "mass_constraint": not args.without_mass_bound,
              "replicates": replicates, "variants": variants, "behaviour": behaviour,
-             "results": results}, f, indent=1,
-        )  # fmt: skip
+             "results": results}, indent=1,
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 
@@ -30,6 +29,7 @@ import numpy as np
 import envs
 from benchmarks import morl as M
 from benchmarks.harness import environment
+from benchmarks.jsonio import dumps
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
@@ -96,11 +96,11 @@ def main(argv=None) -> None:
     alphas = [float(a) for a in args.alphas.split(",")]
     results = probe(replicates, alphas)
     with open(args.out, "w") as f:
-        json.dump(
+        f.write(dumps(
             {"command": "python -m benchmarks.morl_probe " + " ".join(argv),
              "environment": environment(), "replicates": replicates, "alphas": alphas,
-             "results": results}, f, indent=1,
-        )  # fmt: skip
+             "results": results}, indent=1,
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import numpy as np
 
 from benchmarks import pwl as P
 from benchmarks.harness import environment
+from benchmarks.jsonio import dumps
 from jaxopt_suite.lp import pdlp
 from jaxopt_suite.lp.precondition import _finite_norm, bound_objective_scales
 from jaxopt_suite.pwl import instances, solve_pwl
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
     }
     out = {"environment": environment(), "family": args.family, "rows": rows, "summary": summary}
     with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+        f.write(dumps(out, indent=1))
     print(json.dumps(summary))
     return 0
 

@@ -7,6 +7,8 @@ import math
 import os
 from pathlib import Path
 
+from benchmarks.jsonio import read_result
+
 START = "<!-- benchmarks:start (jaxopt-suite report rewrites this block) -->"
 END = "<!-- benchmarks:end -->"
 # what a suite's result JSON (``benchmarks.harness``) holds and :func:`render` reads
@@ -56,7 +58,7 @@ def render(results_dir: Path, relative_to: Path | None = None) -> str:
     lines = []
     for path in sorted(results_dir.glob("*.json")):
         try:
-            payload = json.loads(path.read_text())
+            payload = read_result(path)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:  # which file, too
             raise ValueError(f"{path} is not valid JSON: {error}") from None
         try:

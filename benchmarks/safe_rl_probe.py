@@ -23,6 +23,7 @@ import numpy as np
 
 import envs
 from benchmarks import safe_rl
+from benchmarks.jsonio import dumps
 from jaxopt_suite.rl.constrained import make_trainer
 from jaxopt_suite.rl.training import train_function
 
@@ -68,7 +69,7 @@ def main(argv=None) -> None:
         "training_max_cost": m["episode_max_cost"].mean(axis=1).tolist(),
     }
     with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+        f.write(dumps(out, indent=1))
     print(json.dumps({k: v for k, v in out.items() if k != "config"}, indent=1))
 
 

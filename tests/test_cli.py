@@ -295,3 +295,54 @@ def test_git_sha_survives_a_git_status_that_times_out(monkeypatch):
     monkeypatch.setattr(harness.subprocess, "run", slow_status)
     sha = harness.git_sha()  # the TimeoutExpired escaped and failed a finished run
     assert sha is None or sha.endswith("-unknown-status")
+
+
+def _strict(text: str):
+    """``text`` parsed as RFC 8259 JSON: no NaN or Infinity tokens."""
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_results_are_strict_json_and_read_back_with_their_non_finite_numbers(tmp_path):
+    import numpy as np
+
+    from benchmarks.harness import write_json_atomic, write_result
+    from benchmarks.jsonio import read_result
+    from benchmarks.report import render
+
+    result = SuiteResult(
+        "odd",
+        False,
+        {"limit": float("inf")},
+        {"gap": [0.5, float("inf"), -np.inf], "first": np.float32("nan"),
+         "table": np.array([[1.0, np.nan]]), "status": "inf-free", "pair": (1, -np.inf),
+         "by_limit": {np.float64(np.inf): 1, np.int64(3): 2, 0.5: 3}},
+        [SummaryRow("method", "ratio", float("nan"), "anchor", 1.0)],
+        [Target.evaluate("gap", float("inf"), 1e-4, "<=")],
+        None,
+    )  # fmt: skip
+    path = write_result(result, tmp_path)
+    text = path.read_text()
+    payload = _strict(text)  # no NaN / Infinity tokens
+    assert payload["results"]["gap"] == [0.5, "inf", "-inf"]
+    assert payload["results"]["first"] == "nan" and payload["parameters"]["limit"] == "inf"
+    back = read_result(path)
+    assert back["results"]["gap"] == [0.5, float("inf"), float("-inf")]
+    assert np.isnan(back["results"]["first"]) and np.isnan(back["results"]["table"][0][1])
+    assert back["results"]["pair"] == [1, float("-inf")]
+    assert back["results"]["status"] == "inf-free"  # other strings stay strings
+    assert back["results"]["by_limit"] == {"inf": 1, "3": 2, "0.5": 3}  # keys are strings
+    assert np.isnan(back["summary"][0]["ratio"]) and back["targets"][0]["met"] is False
+    assert back["targets"][0]["value"] == float("inf")
+    table = render(tmp_path)
+    assert "| gap | inf | <= 0.0001 | **no** |" in table
+    assert "| method | ratio | nan | anchor | 1 | nan |" in table
+    # the GPU scripts' writer too; files with bare NaN / Infinity still read
+    write_json_atomic(tmp_path / "gpu.json", {"t": [float("nan")], "p": tmp_path})
+    assert _strict((tmp_path / "gpu.json").read_text()) == {"t": ["nan"], "p": str(tmp_path)}
+    (tmp_path / "old.json").write_text('{"a": NaN, "b": -Infinity}')
+    old = read_result(tmp_path / "old.json")
+    assert np.isnan(old["a"]) and old["b"] == float("-inf")
