@@ -511,10 +511,10 @@ class _Solver:
         # pairs whose projection _offer tried (_projection_pairs): (the candidate's LP value,
         # whether it met the model), by a digest of the pairs
         self.projected: dict[bytes, tuple[float, bool]] = {}
-        # polishes whose LP came out optimal or infeasible (_polish): (verdict, objective,
-        # bound), by a digest of the intervals and the tightening
-        self.polished: dict[bytes, tuple[str, float, float]] = {}
-        # repair jobs made (_repair_job), by a digest of their intervals
+        # polishes whose LP came out optimal (_polish): (objective, bound), by a digest of
+        # the intervals and the tightening
+        self.polished: dict[bytes, tuple[float, float]] = {}
+        # repair jobs made (_repair), by a digest of their intervals
         self.repairs: set[bytes] = set()
         self.by_columns = None  # the LP's matrix by columns, for the polishes (_polish)
         self.model_rows = None  # the LP's model rows (CSR), for the segment polishes
@@ -583,17 +583,18 @@ class _Solver:
         a solve once the search's time limit has passed (a polish gets at most the time
         left, so a round that polishes several points ends near the limit).
 
-        An LP polished before (the same intervals and ``tighter``) that came out optimal or
-        infeasible is not solved again: its verdict, objective and bound are returned with
-        ``x = None`` (:attr:`polished`), time left or not."""
+        An LP polished before (the same intervals and ``tighter``) that came out optimal is
+        not solved again: its objective and bound are returned with ``x = None``
+        (:attr:`polished`), time left or not. (Infeasible ones are: PDLP's infeasibility
+        test is a heuristic, and one wrong verdict kept would reject those pairs for good.)"""
         key = _digest(lo, hi, tighter)
         memo = self.polished.get(key)
         if memo is not None:
-            state, objective, bound = memo
-            return state, objective, None, bound
+            objective, bound = memo
+            return "optimal", objective, None, bound
         result = self._solve_polish(lo, hi, x, y, tighter)
-        if result[0] in ("optimal", "infeasible") and len(self.polished) < POLISH_MEMO:
-            self.polished[key] = (result[0], result[1], result[3])
+        if result[0] == "optimal" and len(self.polished) < POLISH_MEMO:
+            self.polished[key] = (result[1], result[3])
         return result
 
     def _solve_polish(self, lo, hi, x: np.ndarray, y: np.ndarray | None, tighter: float):
@@ -745,7 +746,9 @@ class _Solver:
         """Polishes the candidate ``x`` of intervals ``[lo, hi]`` (pairs; LP objective
         ``objective``) and keeps it if it beats the incumbent: ``"accepted"``, with the
         polished LP's safe dual bound (a bound on the box ``[lo, hi]``; ``-inf`` with the
-        other verdicts).
+        other verdicts). Pairs polished before are accepted with their remembered bound and
+        nothing is kept (:meth:`_polish`): what their point could give the incumbent, it
+        gave then, for the incumbent only falls.
         ``"rejected"`` when the polished LP is infeasible (``x`` was no PWL point).
         When the polish runs out of time (or the search has none left; after two polishes
         that ran out of time, polishing stops: the LPs of this model are too slow for it),
@@ -861,14 +864,19 @@ class _Solver:
         new_lo, new_hi = _pair_within(k, lo, hi)
         if np.array_equal(new_lo, lo) and np.array_equal(new_hi, hi):
             return None
-        # pairs repaired or polished before: their LP is the same, and so is what it can
-        # give (an incumbent only falls); one whose LP did not finish is not retried
-        key = _digest(new_lo, new_hi)
+        return self._repair(new_lo, new_hi, warm)
+
+    def _repair(self, lo, hi, warm) -> _Job | None:
+        """A repair job over the pairs ``[lo, hi]``, or None for pairs repaired or polished
+        before: the job's LP is the same, and it only feeds a polish of those pairs, which
+        can give the incumbent nothing it did not give before (an incumbent only falls).
+        A repair whose LP did not finish is not retried."""
+        key = _digest(lo, hi)
         if key in self.repairs or key in self.polished:
             return None
         if len(self.repairs) < POLISH_MEMO:
             self.repairs.add(key)
-        return _Job("repair", -1, new_lo, new_hi, -math.inf, 0, None, warm)
+        return _Job("repair", -1, lo, hi, -math.inf, 0, None, warm)
 
     def _pump_costs(self, pairs: np.ndarray, step: int) -> np.ndarray:
         """Mass outside the pairs, plus a decaying share of the normalised true objective."""
@@ -911,16 +919,8 @@ class _Solver:
         lam = self._lambda_table(x)
         outside = self._outside_mass(lam, job.pairs)
         if outside.max(initial=0.0) <= self.options.sos2_tolerance * 10:
-            return _Job(
-                "repair",
-                -1,
-                job.pairs.astype(np.int32),
-                np.minimum(job.pairs + 1, job.hi).astype(np.int32),
-                -math.inf,
-                0,
-                None,
-                (x, None),
-            )
+            lo = job.pairs.astype(np.int32)
+            return self._repair(lo, np.minimum(job.pairs + 1, job.hi).astype(np.int32), (x, None))
         if job.step + 1 >= self.options.pump_iterations:
             return None
         pairs = self._choose_pairs(lam, job.lo, job.hi, noise=0.0)
