@@ -73,9 +73,6 @@ def read_result(path: Path) -> Any:
 
 
 def _json_default(value: Any) -> Any:
-    """What :func:`dumps` makes of a value JSON has no type for, by default."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
+    """What :func:`dumps` does, by default, with a value JSON has no type for (arrays and
+    paths :func:`to_json_value` has already turned into lists and strings): a TypeError."""
     raise TypeError(f"cannot serialise {type(value).__name__}")

@@ -22,7 +22,8 @@ the batch a few evaluation periods, and reads the slots that stopped:
   feasible PWL point, re-solved to a tight tolerance (polished: with each set held to its
   pair, its lambdas are affine in its argument, so the LP solved is the one over the
   model's columns and rows with each PWL term replaced by its piece), or where that LP
-  does not finish, projected as above;
+  does not finish, projected as above. Polishes that come out optimal are remembered, and
+  pairs are repaired once (the same pairs come back from node after node);
 - feasibility-pump jobs: the node's polytope with the objective replaced by the lambda mass
   outside a chosen pair per set (plus a decaying share of the true objective); a point
   with no such mass is sent to repair, else the pairs are re-chosen from it, and a repeated
@@ -153,10 +154,9 @@ class PWLOptions(NamedTuple):
 # after which a search stops trying (each is a least-squares solve on the host)
 PROJECTION_VIOLATION = 1e-9
 PROJECTION_TRIES = 4
-# _Solver._polish and _Solver._repair_job: how many intervals the memo of settled polishes
-# and the record of repair jobs hold (each entry some 200 bytes); past it, new ones are
-# solved without being recorded. In a search the same pairs come back from node after node:
-# on portfolio_n50_t60_k16_s0, 681 polishes in 20 s were of 17 interval sets.
+# _Solver._polish and _Solver._repair: how many entries (one per set of intervals) the memo
+# of optimal polishes and the record of repair jobs hold; past it, new ones are solved
+# without being recorded. In a search the same pairs come back from node after node.
 POLISH_MEMO = 100_000
 
 # The objective scale (objective_scale): a node LP stops on PDLP's relative KKT test, whose
@@ -746,9 +746,9 @@ class _Solver:
         """Polishes the candidate ``x`` of intervals ``[lo, hi]`` (pairs; LP objective
         ``objective``) and keeps it if it beats the incumbent: ``"accepted"``, with the
         polished LP's safe dual bound (a bound on the box ``[lo, hi]``; ``-inf`` with the
-        other verdicts). Pairs polished before are accepted with their remembered bound and
-        nothing is kept (:meth:`_polish`): what their point could give the incumbent, it
-        gave then, for the incumbent only falls.
+        other verdicts). Pairs whose polish came out optimal before are accepted with their
+        remembered bound and nothing is kept (:meth:`_polish`): what their point could give
+        the incumbent, it gave then, for the incumbent only falls.
         ``"rejected"`` when the polished LP is infeasible (``x`` was no PWL point).
         When the polish runs out of time (or the search has none left; after two polishes
         that ran out of time, polishing stops: the LPs of this model are too slow for it),
@@ -867,10 +867,12 @@ class _Solver:
         return self._repair(new_lo, new_hi, warm)
 
     def _repair(self, lo, hi, warm) -> _Job | None:
-        """A repair job over the pairs ``[lo, hi]``, or None for pairs repaired or polished
-        before: the job's LP is the same, and it only feeds a polish of those pairs, which
-        can give the incumbent nothing it did not give before (an incumbent only falls).
-        A repair whose LP did not finish is not retried."""
+        """A repair job over the pairs ``[lo, hi]``, or None for pairs repaired before or
+        whose polish came out optimal (:attr:`polished`): the job's LP is the same, and it
+        only feeds a polish of those pairs, which once optimal can give the incumbent
+        nothing it did not give before (an incumbent only falls). Pairs are repaired once
+        whatever came of it: a repair whose LP or polish did not finish, or whose LP value
+        was not below the incumbent, is not retried."""
         key = _digest(lo, hi)
         if key in self.repairs or key in self.polished:
             return None
