@@ -921,8 +921,8 @@ class _Solver:
         lam = self._lambda_table(x)
         outside = self._outside_mass(lam, job.pairs)
         if outside.max(initial=0.0) <= self.options.sos2_tolerance * 10:
-            lo = job.pairs.astype(np.int32)
-            return self._repair(lo, np.minimum(job.pairs + 1, job.hi).astype(np.int32), (x, None))
+            hi = np.minimum(job.pairs + 1, job.hi)
+            return self._repair(job.pairs.astype(np.int32), hi.astype(np.int32), (x, None))
         if job.step + 1 >= self.options.pump_iterations:
             return None
         pairs = self._choose_pairs(lam, job.lo, job.hi, noise=0.0)

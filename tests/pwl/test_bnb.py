@@ -631,7 +631,6 @@ def test_no_polish_starts_after_the_time_limit(monkeypatch):
 def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypatch):
     from jaxopt_suite.lp.pdlp import LPBatch
     from jaxopt_suite.pwl import bnb
-    from jaxopt_suite.pwl.bnb import _Solver
 
     model = random_model(2, functions=4, segments=6)
     advance = bnb.batch_advance
@@ -671,60 +670,58 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
     # A round whose processing (polishes, repairs) ran past the limit started another
     # round: the clock was read before the processing.
     monkeypatch.undo()
+    sol, starts, deadline, stalls = _stalled_search(monkeypatch, model, "process")
+    assert stalls and sol.status in (MIPStatus.TIME_LIMIT, MIPStatus.OPTIMAL)
+    assert all(start < deadline for start in starts)
+
+
+def _stalled_search(monkeypatch, model, stall: str):
+    """Solves ``model`` (1 s limit, batch 4; compiled first) with one step sleeping past
+    the solver's deadline, ``stall``: ``"process"`` the first job processed, ``"refill"``
+    the refill after the root's round. Returns the solution, the rounds' start times, the
+    deadline (read in ``_process``) and how many times the step slept."""
+    from jaxopt_suite.pwl import bnb
+    from jaxopt_suite.pwl.bnb import _Solver
+
     options = PWLOptions(time_limit=1.0, batch_size=4)
     solve_pwl(model, options)  # compiles
-    starts, deadlines, slept = [], [], []
-    process = _Solver._process
+    advance, refill, process = bnb.batch_advance, bnb.batch_refill, _Solver._process
+    starts, refills, deadlines, stalls = [], [], [], []
 
-    def slow_process(self, *args, **kwargs):
+    def past_deadline():
+        stalls.append(1)
+        time.sleep(max(0.0, deadlines[0] - time.perf_counter()) + 0.05)
+
+    def recording_process(self, *args, **kwargs):
         deadlines.append(self.deadline)
-        if not slept:
-            slept.append(1)
-            time.sleep(max(0.0, self.deadline - time.perf_counter()) + 0.05)
+        if stall == "process" and not stalls:
+            past_deadline()
         return process(self, *args, **kwargs)
+
+    def recording_refill(*args, **kwargs):
+        refills.append(1)
+        if stall == "refill" and deadlines and len(refills) == 2:
+            past_deadline()
+        return refill(*args, **kwargs)
 
     monkeypatch.setattr(
         bnb, "batch_advance", lambda *a, **k: starts.append(time.perf_counter()) or advance(*a, **k)
     )
-    monkeypatch.setattr(_Solver, "_process", slow_process)
-    sol = solve_pwl(model, options)
-    assert slept and sol.status in (MIPStatus.TIME_LIMIT, MIPStatus.OPTIMAL)
-    assert all(start < deadlines[0] for start in starts)
+    monkeypatch.setattr(bnb, "batch_refill", recording_refill)
+    monkeypatch.setattr(_Solver, "_process", recording_process)
+    return solve_pwl(model, options), starts, deadlines[0], stalls
 
 
 def test_no_round_starts_after_the_limit_that_refilling_passed(monkeypatch):
     # resizing and refilling the batch take time (a compile of a new width, most): a refill
     # that ran past the limit started a round after it
-    from jaxopt_suite.pwl import bnb
-    from jaxopt_suite.pwl.bnb import _Solver
-
     model = random_model(2, functions=4, segments=6)
-    options = PWLOptions(time_limit=1.0, batch_size=4)
-    solve_pwl(model, options)  # compiles
-    advance, refill, process = bnb.batch_advance, bnb.batch_refill, _Solver._process
-    starts, refills, deadlines = [], [], []
-
-    def slow_refill(*args, **kwargs):
-        refills.append(1)
-        if deadlines and len(refills) == 2:  # the one after the root's round
-            time.sleep(max(0.0, deadlines[0] - time.perf_counter()) + 0.05)
-        return refill(*args, **kwargs)
-
-    def recording_process(self, *args, **kwargs):
-        deadlines.append(self.deadline)
-        return process(self, *args, **kwargs)
-
-    monkeypatch.setattr(
-        bnb, "batch_advance", lambda *a, **k: starts.append(time.perf_counter()) or advance(*a, **k)
-    )
-    monkeypatch.setattr(bnb, "batch_refill", slow_refill)
-    monkeypatch.setattr(_Solver, "_process", recording_process)
-    sol = solve_pwl(model, options)
-    assert len(refills) >= 2 and sol.status == MIPStatus.TIME_LIMIT
-    assert all(start < deadlines[0] for start in starts)
+    sol, starts, deadline, stalls = _stalled_search(monkeypatch, model, "refill")
+    assert stalls and sol.status == MIPStatus.TIME_LIMIT
+    assert all(start < deadline for start in starts)
     # the root's children, filled and never run, keep their bound (the root's) in the
     # result: without them the bound rose to the incumbent (the root's projection found)
-    assert math.isfinite(sol.objective) and sol.gap > options.relative_gap
+    assert math.isfinite(sol.objective) and sol.gap > PWLOptions().relative_gap
 
 
 def _polished(monkeypatch, model, lo, hi):
