@@ -1,4 +1,5 @@
-"""The example scripts run end to end and show what they claim, at --quick sizes."""
+"""The example scripts run end to end and show what they claim, at --quick sizes (the ASCPO
+example only runs: its claim is the safe_rl benchmark's)."""
 
 import importlib.util
 from pathlib import Path
@@ -82,18 +83,26 @@ def test_far_sign_beats_a_robust_aggregator_at_equal_simulated_time_under_alie()
     assert out["bits"]["far_sign"] * 100 < out["bits"]["async_sgd"]
 
 
-def test_ascpo_violates_less_than_scpo_on_the_point_task(tmp_path):
-    # Which seeds' deterministic policies cross a hazard follows the float rounding (the
-    # example's docstring gives the spread over XLA's compiler flags), so the checks are the
-    # ones that held on every pipeline tried: ASCPO's rate below SCPO's, at most one ASCPO
-    # seed of four violating at all, and a seed that reaches the goal.
+def test_the_ascpo_example_trains_both_methods_and_checkpoints_ascpo(tmp_path):
+    # Mechanics only, at 10 iterations and 2 seeds. The claim the example shows (ASCPO's
+    # violation rate below SCPO's on this task, in the same setting) is a target of the
+    # ``safe_rl`` benchmark, whose run trains every seed to the end; at --quick size it took
+    # this suite's longest test (over 100 s), and which seeds violate follows float rounding.
     checkpoints = tmp_path / "checkpoints"
-    out = _load("ascpo_point").main(["--quick", "--checkpoints", str(checkpoints)])
-    ascpo, scpo = out["ascpo"], out["scpo"]
-    assert ascpo["violation"] < scpo["violation"]
-    assert sum(v > 0 for v in ascpo["seed_violations"]) <= 1
-    assert max(ascpo["seed_returns"]) > 2.0
-    assert sorted(p.name for p in checkpoints.iterdir()) == [f"seed{i}" for i in range(4)]
+    example = _load("ascpo_point")
+    out = example.main(["--iterations", "10", "--seeds", "2", "--checkpoints", str(checkpoints)])
+    assert set(out) == {"scpo", "ascpo"}
+    for name, row in out.items():
+        assert len(row["seed_returns"]) == len(row["seed_violations"]) == 2, name
+        assert np.all(np.isfinite(row["seed_returns"])), name
+        assert all(0.0 <= v <= 1.0 for v in row["seed_violations"]), name
+        np.testing.assert_allclose(row["violation"], np.mean(row["seed_violations"]), rtol=1e-6)
+        np.testing.assert_allclose(row["return"], np.mean(row["seed_returns"]), rtol=1e-5)
+    # ASCPO went through the checkpointed path: one directory per seed, each holding the
+    # checkpoint written after its one chunk of 10 iterations.
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["seed0", "seed1"]
+    for seed in ("seed0", "seed1"):
+        assert [p.name for p in (checkpoints / seed).iterdir() if p.is_dir()] == ["10"]
 
 
 def test_aetdice_reaches_the_balance_optimum_where_markov_methods_cannot():
