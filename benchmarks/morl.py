@@ -42,10 +42,15 @@ evaluation preferences ``w`` (3 per task):
 * linear ``w^T G``, where SER and ESR coincide.
 
 On the Brax tasks every DICE method (AETDICE, SER-DICE, OptiDICE) fits its policy conditioned
-on the episodes' behaviour preferences and acts at the utility's normalised weights, as BC(P)
-does (``DiceConfig.behaviour_conditioned``): a policy of the state alone mixed the behaviour
-policies' gaits step by step (the run at 9e6b49b: on halfcheetah every DICE policy ran slower and
-spent more energy than BC(P)).
+on the episodes' behaviour preferences (``DiceConfig.behaviour_conditioned``), as BC(P) does:
+a policy of the state alone mixed the behaviour policies' gaits step by step (the run at
+9e6b49b: on halfcheetah every DICE policy ran slower and spent more energy than BC(P)). Each
+conditioned policy acts at the behaviour preference that weighs the normalised rewards as its
+objective's utility weights do, or, for a DICE policy of a SER objective, as its multipliers
+``mu`` do (:func:`jaxopt_suite.rl.aetdice.policy.acting_label`). Up to the run at f229f37 every
+one acted at the utility's weights read as a preference, which weighs the rewards as
+collected, not as normalised (halfcheetah's run rewards are divided by 15 times more than its
+energy ones).
 
 For every nonlinear utility and criterion (SER, ESR): AETDICE on that objective; SER-DICE on the
 utility's SER (the Markov method has no ESR form; its policy is scored on both); OptiDICE at
@@ -263,8 +268,7 @@ def normalised(data, spread=None):
     """The dataset with each objective's rewards divided by ``spread`` (by default the range
     of its episode returns, :func:`return_range`), and that divisor."""
     spread = return_range([data]) if spread is None else np.asarray(spread, np.float64)
-    rewards = np.asarray(data.rewards, np.float64) / spread
-    return data._replace(rewards=rewards.astype(np.float32)), spread
+    return envs.scale_rewards(data, spread), spread
 
 
 def return_range(datasets) -> np.ndarray:

@@ -20,7 +20,8 @@ For multi-objective RL (vector rewards in ``state.info['reward_vector']``):
   :func:`multi_objective_names`;
 - D4MORL-like offline data: :class:`OfflineDataset`, :func:`collect`,
   :func:`collect_d4morl`, :func:`preference_grid`, :func:`save`, :func:`load`,
-  :func:`episode_returns`.
+  :func:`episode_returns`, :func:`scale_rewards` (with :func:`reward_scale` and
+  :func:`behaviour_label`).
 
 This package depends on Brax and JAX only, never on ``jaxopt_suite``.
 """
@@ -53,12 +54,15 @@ from envs.multi_objective import (
 )
 from envs.offline import (
     OfflineDataset,
+    behaviour_label,
     collect,
     collect_d4morl,
     episode_returns,
     load,
     preference_grid,
+    reward_scale,
     save,
+    scale_rewards,
     validate_dataset,
 )
 from envs.point_goal import PointGoal
@@ -85,6 +89,7 @@ __all__ = [
     "VectorRewardWrapper",
     "VelocityCostWrapper",
     "augment_observations",
+    "behaviour_label",
     "collect",
     "collect_d4morl",
     "energy_efficiency",
@@ -98,7 +103,9 @@ __all__ = [
     "multi_objective_names",
     "names",
     "preference_grid",
+    "reward_scale",
     "save",
+    "scale_rewards",
     "validate_dataset",
     "velocity_cost",
     "wrap_for_training",

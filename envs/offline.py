@@ -12,7 +12,10 @@ with their reward vectors and preferences, in "expert" (the policies as trained)
 - :func:`collect_d4morl` collects D4MORL's grid: expert and amateur data at wide and narrow
   coverage;
 - :func:`save` / :func:`load` write and read ``.npz`` files, :func:`validate_dataset` checks one;
-- :func:`episode_returns` sums the vector returns.
+- :func:`episode_returns` sums the vector returns;
+- :func:`scale_rewards` divides each objective's rewards by a unit and records it, so that
+  :func:`behaviour_label` can still say which behaviour preference acts for given weights on
+  the scaled rewards.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ QUALITIES = ("expert", "amateur")  # D4MORL's: the behaviour policy as it is, an
 NARROW_SHRINK = 0.2
 # Fields collect sets from its arguments; metadata may repeat them only with the same value.
 _MEASURED = ("reward_names", "horizon", "episodes_per_preference", "action_noise", "key")
+# metadata entry: the per-objective divisor of the rewards since collection (scale_rewards)
+REWARD_SCALE = "reward_scale"
 
 
 class OfflineDataset(NamedTuple):
@@ -494,11 +499,63 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
         or not all(isinstance(name, str) for name in names)
     ):
         raise ValueError(f"metadata['reward_names']={names!r} must be a list of m={m} strings")
+    scale = dataset.metadata.get(REWARD_SCALE)
+    if scale is not None:
+        values = np.asarray(scale, np.float64) if isinstance(scale, list) else None
+        if values is None or values.shape != (m,) or not np.all(np.isfinite(values) & (values > 0)):
+            raise ValueError(
+                f"metadata[{REWARD_SCALE!r}]={scale!r} must be a list of m={m} finite numbers "
+                "> 0 (the rewards' divisor since collection, scale_rewards)"
+            )
     if reward_size is not None and check_positive_int(reward_size, "reward_size") != m:
         raise ValueError(
             f"reward_size={reward_size} does not match the dataset's m={m} (rewards.shape[-1])"
         )
     return OfflineDataset(**arrays, metadata=dataset.metadata)
+
+
+def scale_rewards(dataset: OfflineDataset, scale) -> OfflineDataset:
+    """The dataset with each objective's rewards divided by ``scale`` (a float or ``(m,)``,
+    finite and > 0, e.g. the range of its episode returns), and ``metadata["reward_scale"]``
+    the divisor since collection (``scale`` times any earlier one, as a list).
+
+    The preferences stay as they were: they are what the behaviour policy acted at, weights on
+    the rewards as collected. Weights ``v`` on the scaled rewards weigh the collected ones by
+    ``v / scale``, so the behaviour preference that acts for ``v`` is that, normalised
+    (:func:`behaviour_label`); reading ``v`` itself as a preference would weigh the collected
+    rewards by ``v``.
+    """
+    dataset = validate_dataset(dataset)
+    m = dataset.rewards.shape[-1]
+    values = np.asarray(scale, np.float64)
+    values = np.broadcast_to(values, (m,)) if values.ndim == 0 else values
+    if values.shape != (m,) or not np.all(np.isfinite(values) & (values > 0)):
+        raise ValueError(
+            f"scale must be a number or {m} numbers (one per objective), finite and > 0; got "
+            f"{np.asarray(scale).tolist()!r}"
+        )
+    total = reward_scale(dataset) * values
+    rewards = (np.asarray(dataset.rewards, np.float64) / values).astype(np.float32)
+    metadata = {**dataset.metadata, REWARD_SCALE: [float(x) for x in total]}
+    return validate_dataset(dataset._replace(rewards=rewards, metadata=metadata))
+
+
+def reward_scale(dataset: OfflineDataset) -> np.ndarray:
+    """``(m,)``: the divisor of the dataset's rewards since collection (``metadata
+    ["reward_scale"]``, :func:`scale_rewards`), ones if they were never scaled."""
+    m = np.shape(dataset.rewards)[-1]
+    scale = dataset.metadata.get(REWARD_SCALE) if isinstance(dataset.metadata, dict) else None
+    return np.ones(m) if scale is None else np.asarray(scale, np.float64)
+
+
+def behaviour_label(dataset: OfflineDataset, weights) -> np.ndarray:
+    """The behaviour preference, over its sum, that weighs the objectives as ``weights``
+    (``(m,)``, >= 0, not all zero) weigh the dataset's rewards: ``weights / reward_scale``
+    normalised (:func:`scale_rewards`); ``weights`` normalised if they were never scaled."""
+    m = np.shape(dataset.rewards)[-1]
+    check_weights(weights, m, "weights")
+    raw = np.asarray(weights, np.float64) / reward_scale(dataset)
+    return (raw / raw.sum()).astype(np.float32)
 
 
 def save(dataset: OfflineDataset, path) -> Path:

@@ -216,6 +216,33 @@ def test_save_load_round_trip(dataset, tmp_path):
     assert loaded.metadata == dataset.metadata
 
 
+def test_scale_rewards_records_the_unit_and_the_label_that_acts_for_given_weights(
+    dataset, tmp_path
+):
+    assert "reward_scale" not in dataset.metadata
+    np.testing.assert_array_equal(envs.reward_scale(dataset), [1.0, 1.0])
+    np.testing.assert_allclose(envs.behaviour_label(dataset, [3.0, 1.0]), [0.75, 0.25])
+    scaled = envs.scale_rewards(dataset, [2.0, 8.0])
+    np.testing.assert_allclose(scaled.rewards, np.asarray(dataset.rewards) / [2.0, 8.0])
+    np.testing.assert_array_equal(scaled.preferences, dataset.preferences)
+    assert scaled.metadata["reward_scale"] == [2.0, 8.0]
+    # weights (1, 1) on the scaled rewards weigh the collected ones by (1/2, 1/8)
+    np.testing.assert_allclose(envs.behaviour_label(scaled, [1.0, 1.0]), [0.8, 0.2], rtol=1e-6)
+    twice = envs.scale_rewards(scaled, 0.5)  # the divisors compose
+    assert twice.metadata["reward_scale"] == [1.0, 4.0]
+    np.testing.assert_allclose(twice.rewards, np.asarray(dataset.rewards) / [1.0, 4.0])
+    loaded = envs.load(envs.save(twice, tmp_path / "scaled.npz"))
+    np.testing.assert_array_equal(envs.reward_scale(loaded), [1.0, 4.0])
+    for scale in ([1.0, 0.0], [1.0, np.inf], [1.0, 2.0, 3.0], -1.0):
+        with pytest.raises(ValueError, match="scale must be a number or 2 numbers"):
+            envs.scale_rewards(dataset, scale)
+    with pytest.raises(ValueError, match=r"weights=\[0.0, 0.0\] must be finite, >= 0"):
+        envs.behaviour_label(scaled, [0.0, 0.0])
+    bad = dataset._replace(metadata={**dataset.metadata, "reward_scale": [1.0, -2.0]})
+    with pytest.raises(ValueError, match=r"metadata\['reward_scale'\]=\[1.0, -2.0\] must be a"):
+        envs.validate_dataset(bad)
+
+
 def _write(path, dataset, drop=(), **replace):
     arrays = {name: getattr(dataset, name) for name in envs.offline.ARRAY_FIELDS} | replace
     fields = {"metadata": np.asarray(json.dumps(dataset.metadata)), **arrays}

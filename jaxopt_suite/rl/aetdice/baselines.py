@@ -8,7 +8,8 @@
   optimises SER of a Markov policy and has no way to express ESR.
 * :func:`train_bc`: preference-conditioned behaviour cloning (D4MORL's BC(P), Zhu et al.,
   ICLR 2023): ``pi(a | s, preference)`` fitted on every episode with its behaviour
-  preference, evaluated at the utility's (normalised) weights.
+  preference, evaluated at the preference that weighs the rewards as the utility's weights
+  do (:func:`.policy.acting_label`).
 
 The discounted DICE problem of the first two takes ``gamma`` on every step except a
 termination; the last stored step bootstraps from its next state, as the time limit does not
@@ -88,8 +89,9 @@ def _train_discounted(method, dataset, objectives, key, config, discount):
     keys = jax.random.split(key, len(problems))
     results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
     return trained_policies(
-        method, "observation", config, data, results, dataset.mask.shape[1], objectives
-    )
+        method, "observation", config, data, results, dataset.mask.shape[1], objectives,
+        dataset=dataset, multipliers=True,
+    )  # fmt: skip
 
 
 def train_optidice(
@@ -120,7 +122,8 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     """Preference-conditioned behaviour cloning (module docstring): one network trained on all
     episodes, conditioned on each episode's behaviour preference (the unweighted fit with
     ``behaviour_conditioned``, whatever ``config`` says), returned once per objective acting
-    at the objective's normalised weights."""
+    at the preference that weighs the rewards as the objective's utility weights do
+    (:func:`.policy.acting_label`)."""
     config = dataclasses.replace(
         DiceConfig() if config is None else config, behaviour_conditioned=True
     )
@@ -144,6 +147,6 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     )
     policies = trained_policies(
         "bc", "observation", config, data, [result] * len(objectives), dataset.mask.shape[1],
-        objectives,
+        objectives, dataset=dataset, multipliers=False,
     )  # fmt: skip
     return policies[0] if single else policies

@@ -12,7 +12,9 @@ from the environment's observation (``features``):
 
 A policy fitted with ``DiceConfig.behaviour_conditioned`` (every BC(P) policy, and DICE
 policies that ask for it, :mod:`.dice`) also takes a behaviour preference and acts at its
-``label``: its objective's normalised utility weights.
+``label`` (:func:`acting_label`): the preference that weighs the rewards as its objective's
+utility weights do (a DICE policy for a SER objective: as its multipliers ``mu`` do), in the
+units the behaviour acted in (:func:`envs.scale_rewards`).
 """
 
 from __future__ import annotations
@@ -188,12 +190,16 @@ def as_list(objectives) -> tuple[list, bool]:
 
 def trained_policies(
     method: str, features: str, config: DiceConfig, data: DiceData, results, horizon: int,
-    objectives: Sequence[AET],
+    objectives: Sequence[AET], *, dataset, multipliers: bool,
 ) -> list[TrainedPolicy]:  # fmt: skip
-    """One :class:`TrainedPolicy` per training result and its objective; a policy fitted
-    behaviour-conditioned acts at the objective's utility weights over their sum."""
+    """One :class:`TrainedPolicy` per training result and its objective. A policy fitted
+    behaviour-conditioned acts at the label :func:`acting_label` gives (``multipliers``: the
+    training found the SER objectives' multipliers ``mu``, so it may act at them)."""
     if config.behaviour_conditioned:
-        labels = [o.utility.weights / jnp.sum(o.utility.weights) for o in objectives]
+        labels = [
+            jnp.asarray(acting_label(dataset, o, r if multipliers else None))
+            for o, r in zip(objectives, results, strict=True)
+        ]
     else:
         labels = [None] * len(objectives)
     mean, std = policy_statistics(data, config.behaviour_conditioned)
@@ -212,6 +218,36 @@ def trained_policies(
         )  # fmt: skip
         for result, label in zip(results, labels, strict=True)
     ]
+
+
+def acting_weights(objective: AET, result: DiceResult | None = None) -> np.ndarray:
+    """The weights on the dataset's rewards that a behaviour-conditioned policy acts for
+    (:mod:`.dice`, "behaviour-conditioned extraction"; ours): with a DICE ``result`` for a SER
+    objective, the multipliers ``mu`` its ratios were trained at, ``g``'s supergradient at the
+    optimised expected return, whose linear scalarisation has the SER optimum of a concave
+    ``g`` among its optima; otherwise (ESR, plain cloning, or multipliers that are not finite,
+    >= 0 and not all zero, e.g. a threshold utility saturated on every objective) the utility's
+    weights."""
+    weights = np.asarray(objective.utility.weights, np.float64)
+    if result is None or objective.inner is not None:
+        return weights
+    mu = np.asarray(objective.outer.multipliers(result.params.dual), np.float64)
+    if mu.shape != weights.shape or not np.all(np.isfinite(mu)):
+        return weights
+    mu = np.maximum(mu, 0.0)
+    return mu if mu.sum() > 0 else weights
+
+
+def acting_label(dataset, objective: AET, result: DiceResult | None = None) -> np.ndarray:
+    """The behaviour preference (over its sum, on the dataset's label scale,
+    :func:`normalised_preferences`) a conditioned policy acts at: the one that weighs the
+    rewards as :func:`acting_weights` does, :func:`envs.behaviour_label`. On rewards scaled
+    since collection (:func:`envs.scale_rewards`) that is not those weights read as a
+    preference: weights ``v`` on rewards divided by ``s`` weigh the collected ones by
+    ``v / s``."""
+    from envs import behaviour_label
+
+    return behaviour_label(dataset, acting_weights(objective, result))
 
 
 def reward_scale(rewards: jax.Array, direction: jax.Array) -> jax.Array:
