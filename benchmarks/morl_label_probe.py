@@ -8,13 +8,16 @@ acts, so both scores come from one network):
 
 * ``weights``: the utility's weights over their sum, read as a behaviour preference (every
   method up to the run at f229f37);
-* ``acting``: the library's label: the preference that weighs the normalised rewards as the
-  utility's weights do, or, for a DICE policy of a SER objective, as its multipliers ``mu``
-  do.
+* ``scaled``: the preference that weighs the normalised rewards as the utility's weights do
+  (:func:`envs.behaviour_label`);
+* ``acting``: the library's label: ``scaled`` for BC(P), OptiDICE and ESR objectives; for a
+  DICE policy of a SER objective, the preference that weighs the normalised rewards as its
+  multipliers ``mu`` do.
 
-Per objective it records each method's per-key scores and labels under both, and the paired
-margins (over the keys) of AETDICE to the best baseline under each, and of each method's
-``acting`` to its ``weights``.
+Per objective it records each method's per-key scores and labels under each (BC(P)'s and
+OptiDICE's ``scaled`` is their ``acting``, scored once), and the paired margins (over the
+keys) of AETDICE to the best baseline under each, and of each method's ``acting`` and
+``scaled`` to its ``weights``.
 
     PYTHONPATH=. python -m benchmarks.morl_label_probe --task mo_halfcheetah \\
         --objectives risk_averse/ser,nash/ser,tchebycheff/ser,threshold/ser \\
@@ -39,7 +42,7 @@ from benchmarks.jsonio import dumps
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
-LABELS = ("weights", "acting")
+LABELS = ("weights", "scaled", "acting")
 
 
 def _paired(ours, theirs) -> dict:
@@ -82,6 +85,8 @@ def probe(task_name: str, objective_names, log=print) -> dict:
         labels: dict = {}
         for method, policies_by_key in seeded.items():
             for kind in LABELS:
+                if kind == "scaled" and method in ("bc", "optidice"):
+                    continue  # their acting label (checked below)
                 values, used = [], []
                 for s in seeds:
                     row, row_labels = [], []
@@ -89,9 +94,14 @@ def probe(task_name: str, objective_names, log=print) -> dict:
                         policies_by_key[s], objectives, keys, strict=True
                     ):
                         label = policy.label
+                        w = np.asarray(objective.utility.weights, np.float64)
                         if kind == "weights":
-                            w = jnp.asarray(objective.utility.weights, jnp.float32)
-                            label = w / jnp.sum(w)
+                            label = jnp.asarray(w / w.sum(), jnp.float32)
+                        elif kind == "scaled":
+                            label = jnp.asarray(envs.behaviour_label(data[s], w))
+                        elif method in ("bc", "optidice"):
+                            scaled = envs.behaviour_label(data[s], w)
+                            np.testing.assert_allclose(policy.label, scaled, rtol=1e-6)
                         result = score(dataclasses.replace(policy, label=label), objective, k)
                         row.append(float(result["value"]))
                         row_labels.append(np.asarray(label, np.float64).round(4).tolist())
@@ -99,6 +109,9 @@ def probe(task_name: str, objective_names, log=print) -> dict:
                     used.append(row_labels)
                 per_key[f"{method}/{kind}"] = values
                 labels[f"{method}/{kind}"] = used
+                if kind == "acting" and method in ("bc", "optidice"):
+                    per_key[f"{method}/scaled"] = values
+                    labels[f"{method}/scaled"] = used
         entry = {"per_key": per_key, "labels": labels,
                  "means": {m: float(np.mean(v)) for m, v in per_key.items()}}  # fmt: skip
         for kind in LABELS:
@@ -107,9 +120,14 @@ def probe(task_name: str, objective_names, log=print) -> dict:
             entry[f"aetdice - best/{kind}"] = _paired(
                 per_key[f"aetdice/{kind}"], per_key[f"{best}/{kind}"]
             )
-        entry["acting - weights"] = {
-            method: _paired(per_key[f"{method}/acting"], per_key[f"{method}/weights"])
-            for method in seeded
+        for kind in ("scaled", "acting"):
+            entry[f"{kind} - weights"] = {
+                method: _paired(per_key[f"{method}/{kind}"], per_key[f"{method}/weights"])
+                for method in seeded
+            }
+        entry["acting - scaled"] = {
+            method: _paired(per_key[f"{method}/acting"], per_key[f"{method}/scaled"])
+            for method in ("serdice", "aetdice")
         }
         out[name] = entry
         log(f"{name}: " + ", ".join(f"{m} {v:.4f}" for m, v in entry["means"].items())
