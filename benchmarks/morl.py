@@ -49,7 +49,7 @@ conditioned policy acts at the behaviour preference that weighs the normalised r
 objective's utility weights do, or, for a DICE policy of a SER objective, as its multipliers
 ``mu`` do (:func:`jaxopt_suite.rl.aetdice.policy.acting_label`). Up to the run at f229f37 every
 one acted at the utility's weights read as a preference, which weighs the rewards as
-collected, not as normalised (halfcheetah's run rewards are divided by 15 times more than its
+collected, not as normalised (halfcheetah's run rewards are divided by 14 times more than its
 energy ones).
 
 For every nonlinear utility and criterion (SER, ESR): AETDICE on that objective; SER-DICE on the

@@ -145,6 +145,11 @@ def _key_data(key) -> list[int]:
 
 def _metadata(defaults: dict, metadata: dict | None) -> dict:
     metadata = dict(metadata or {})
+    if REWARD_SCALE in metadata:
+        raise ValueError(
+            f"metadata must not set {REWARD_SCALE!r}: collected rewards are not scaled "
+            "(envs.scale_rewards divides them and records it)"
+        )
     for name in _MEASURED:
         if name in metadata and metadata[name] != defaults[name]:
             raise ValueError(
@@ -412,7 +417,8 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
         (mask non-increasing in time, terminals only on steps that happened, at most one per
         episode and on its last step that happened, zero rewards on padding; the errors name
         the first episode that breaks them), a preference has a negative weight or is all
-        zero, the metadata is not a dict whose ``reward_names`` match ``m``, or
+        zero, the metadata is not a dict whose ``reward_names`` match ``m`` and whose
+        ``reward_scale``, if any, is a list of ``m`` finite numbers > 0, or
         ``reward_size`` is not the dataset's ``m``.
     """
     arrays = {name: np.asarray(getattr(dataset, name), np.float32) for name in ARRAY_FIELDS}
@@ -499,14 +505,7 @@ def validate_dataset(dataset: OfflineDataset, *, reward_size: int | None = None)
         or not all(isinstance(name, str) for name in names)
     ):
         raise ValueError(f"metadata['reward_names']={names!r} must be a list of m={m} strings")
-    scale = dataset.metadata.get(REWARD_SCALE)
-    if scale is not None:
-        values = np.asarray(scale, np.float64) if isinstance(scale, list) else None
-        if values is None or values.shape != (m,) or not np.all(np.isfinite(values) & (values > 0)):
-            raise ValueError(
-                f"metadata[{REWARD_SCALE!r}]={scale!r} must be a list of m={m} finite numbers "
-                "> 0 (the rewards' divisor since collection, scale_rewards)"
-            )
+    _check_reward_scale(dataset.metadata.get(REWARD_SCALE), m)
     if reward_size is not None and check_positive_int(reward_size, "reward_size") != m:
         raise ValueError(
             f"reward_size={reward_size} does not match the dataset's m={m} (rewards.shape[-1])"
@@ -527,12 +526,15 @@ def scale_rewards(dataset: OfflineDataset, scale) -> OfflineDataset:
     """
     dataset = validate_dataset(dataset)
     m = dataset.rewards.shape[-1]
-    values = np.asarray(scale, np.float64)
+    try:
+        values = np.asarray(scale, np.float64)
+    except (TypeError, ValueError):  # ragged, or not numbers
+        values = np.full(m + 1, np.nan)
     values = np.broadcast_to(values, (m,)) if values.ndim == 0 else values
     if values.shape != (m,) or not np.all(np.isfinite(values) & (values > 0)):
         raise ValueError(
             f"scale must be a number or {m} numbers (one per objective), finite and > 0; got "
-            f"{np.asarray(scale).tolist()!r}"
+            f"{scale!r}"
         )
     total = reward_scale(dataset) * values
     rewards = (np.asarray(dataset.rewards, np.float64) / values).astype(np.float32)
@@ -540,12 +542,29 @@ def scale_rewards(dataset: OfflineDataset, scale) -> OfflineDataset:
     return validate_dataset(dataset._replace(rewards=rewards, metadata=metadata))
 
 
+def _check_reward_scale(scale, m: int) -> np.ndarray:
+    """``metadata["reward_scale"]`` as float64 ``(m,)`` (ones when absent), or a ValueError
+    unless it is a list of ``m`` finite numbers > 0."""
+    if scale is None:
+        return np.ones(m)
+    numbers = isinstance(scale, list) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in scale
+    )
+    values = np.asarray(scale, np.float64) if numbers else None
+    if values is None or values.shape != (m,) or not np.all(np.isfinite(values) & (values > 0)):
+        raise ValueError(
+            f"metadata[{REWARD_SCALE!r}]={scale!r} must be a list of m={m} finite numbers > 0 "
+            "(the rewards' divisor since collection, scale_rewards)"
+        )
+    return values
+
+
 def reward_scale(dataset: OfflineDataset) -> np.ndarray:
     """``(m,)``: the divisor of the dataset's rewards since collection (``metadata
-    ["reward_scale"]``, :func:`scale_rewards`), ones if they were never scaled."""
-    m = np.shape(dataset.rewards)[-1]
-    scale = dataset.metadata.get(REWARD_SCALE) if isinstance(dataset.metadata, dict) else None
-    return np.ones(m) if scale is None else np.asarray(scale, np.float64)
+    ["reward_scale"]``, :func:`scale_rewards`), ones if they were never scaled; a ValueError
+    if the metadata holds no such divisor (:func:`validate_dataset`)."""
+    metadata = dataset.metadata if isinstance(dataset.metadata, dict) else {}
+    return _check_reward_scale(metadata.get(REWARD_SCALE), np.shape(dataset.rewards)[-1])
 
 
 def behaviour_label(dataset: OfflineDataset, weights) -> np.ndarray:

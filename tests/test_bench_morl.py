@@ -8,6 +8,7 @@ from benchmarks import (
     morl,
     morl_anchor_probe,
     morl_behaviour_probe,
+    morl_label_probe,
     morl_policy_probe,
     morl_probe,
 )
@@ -207,6 +208,17 @@ def test_the_policy_probe_takes_behaviour_settings_on_brax_tasks_only(tmp_path):
     with pytest.raises(SystemExit):  # argparse's choices
         morl_policy_probe.main(["--behaviour-sampling", "hull", "--out", str(out)])
     assert not out.exists()
+
+
+def test_the_label_probe_refuses_what_the_suite_does_not_score(tmp_path):
+    """Only the suite's nonlinear objectives on its Brax tasks, whose policies are
+    behaviour-conditioned, are probed; anything else is refused before any data is made."""
+    out = str(tmp_path / "x.json")
+    for bad in ("linear/ser", "nash/aet", "nash"):
+        with pytest.raises(ValueError, match=rf"--objectives must be nonlinear .*{bad}"):
+            morl_label_probe.main(["--objectives", f"nash/ser,{bad}", "--out", out])
+    with pytest.raises(SystemExit):
+        morl_label_probe.main(["--task", "mo_balance", "--out", out])
 
 
 def test_the_anchor_probe_refuses_negative_replicates(tmp_path):

@@ -238,9 +238,16 @@ def test_scale_rewards_records_the_unit_and_the_label_that_acts_for_given_weight
             envs.scale_rewards(dataset, scale)
     with pytest.raises(ValueError, match=r"weights=\[0.0, 0.0\] must be finite, >= 0"):
         envs.behaviour_label(scaled, [0.0, 0.0])
-    bad = dataset._replace(metadata={**dataset.metadata, "reward_scale": [1.0, -2.0]})
-    with pytest.raises(ValueError, match=r"metadata\['reward_scale'\]=\[1.0, -2.0\] must be a"):
-        envs.validate_dataset(bad)
+    with pytest.raises(ValueError, match="scale must be a number or 2 numbers"):
+        envs.scale_rewards(dataset, [[1.0], [1.0, 2.0]])  # ragged
+    for bad_scale in ([1.0, -2.0], [1.0], ["2", "8"], [True, 1.0], (1.0, 2.0)):
+        bad = dataset._replace(metadata={**dataset.metadata, "reward_scale": bad_scale})
+        with pytest.raises(ValueError, match=r"metadata\['reward_scale'\]=.* must be a list of"):
+            envs.validate_dataset(bad)
+        with pytest.raises(ValueError, match=r"metadata\['reward_scale'\]=.* must be a list of"):
+            envs.behaviour_label(bad, [1.0, 1.0])
+    with pytest.raises(ValueError, match="metadata must not set 'reward_scale'"):
+        _collect(metadata={"reward_scale": [1.0, 1.0]})
 
 
 def _write(path, dataset, drop=(), **replace):

@@ -160,7 +160,7 @@ def dice_data(dataset, features, next_features, continues) -> DiceData:
 
 def normalised_preferences(dataset) -> np.ndarray:
     """The episodes' behaviour preferences ``(N, m)`` over their sums (rows summing to 0 stay
-    0), on the scale of the normalised utility weights a conditioned policy acts at."""
+    0), on the scale of the labels a conditioned policy acts at (:func:`acting_label`)."""
     preferences = np.asarray(dataset.preferences, np.float32)
     total = preferences.sum(axis=-1, keepdims=True)
     return np.where(total > 0, preferences / np.where(total > 0, total, 1.0), preferences)
@@ -225,9 +225,8 @@ def acting_weights(objective: AET, result: DiceResult | None = None) -> np.ndarr
     (:mod:`.dice`, "behaviour-conditioned extraction"; ours): with a DICE ``result`` for a SER
     objective, the multipliers ``mu`` its ratios were trained at, ``g``'s supergradient at the
     optimised expected return, whose linear scalarisation has the SER optimum of a concave
-    ``g`` among its optima; otherwise (ESR, plain cloning, or multipliers that are not finite,
-    >= 0 and not all zero, e.g. a threshold utility saturated on every objective) the utility's
-    weights."""
+    ``g`` among its optima, clipped at 0; otherwise (ESR, plain cloning, or multipliers that
+    are not finite or all 0 once clipped) the utility's weights."""
     weights = np.asarray(objective.utility.weights, np.float64)
     if result is None or objective.inner is not None:
         return weights
