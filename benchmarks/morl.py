@@ -46,11 +46,13 @@ on the episodes' behaviour preferences (``DiceConfig.behaviour_conditioned``), a
 a policy of the state alone mixed the behaviour policies' gaits step by step (the run at
 9e6b49b: on halfcheetah every DICE policy ran slower and spent more energy than BC(P)). Each
 conditioned policy acts at the behaviour preference that weighs the normalised rewards as its
-objective's utility weights do, or, for a DICE policy of a SER objective, as its multipliers
-``mu`` do (:func:`jaxopt_suite.rl.aetdice.policy.acting_label`). Up to the run at f229f37 every
-one acted at the utility's weights read as a preference, which weighs the rewards as
-collected, not as normalised (halfcheetah's run rewards are divided by 14 times more than its
-energy ones).
+objective's utility weights do, or, for a DICE policy of a SER objective with a smooth utility
+(Nash welfare, risk-averse), as its multipliers ``mu`` do
+(:func:`jaxopt_suite.rl.aetdice.policy.acting_label`). Up to the run at f229f37 every one
+acted at the utility's weights read as a preference, which weighs the rewards as collected,
+not as normalised (halfcheetah's run rewards are divided by 14 times more than its energy
+ones); the committed ``morl.json`` is that run's (``benchmarks.morl_label_probe`` scores
+both labels).
 
 For every nonlinear utility and criterion (SER, ESR): AETDICE on that objective; SER-DICE on the
 utility's SER (the Markov method has no ESR form; its policy is scored on both); OptiDICE at

@@ -12,7 +12,8 @@ acts, so both scores come from one network):
   (:func:`envs.behaviour_label`);
 * ``acting``: the library's label: ``scaled`` for BC(P), OptiDICE and ESR objectives; for a
   DICE policy of a SER objective, the preference that weighs the normalised rewards as its
-  multipliers ``mu`` do.
+  multipliers ``mu`` do (since a piecewise-linear utility's policies act at ``scaled`` too:
+  Tchebycheff and threshold).
 
 Per objective it records each method's per-key scores and labels under each (BC(P)'s and
 OptiDICE's ``scaled`` is their ``acting``, scored once), and the paired margins (over the

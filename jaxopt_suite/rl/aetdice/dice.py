@@ -74,9 +74,12 @@ by ``v``. (The ``morl`` suite divides halfcheetah's run and energy rewards by 40
 its ``spread`` in ``morl.json`` at f229f37, so there the label ``(0.5, 0.5)`` acts for
 weights ``(0.94, 0.06)`` on the rewards the utilities read.) ``v`` is, for BC(P) (D4MORL's, the same
 fit with ``w = 1``) and under ESR, the utility's weights; for a DICE policy of a SER objective
-``g(E[G])``, its multipliers ``mu``: the ratios are those of the occupancy that maximises
-``mu^T E_d[r] - alpha D_f``, and for a concave ``g`` the SER optimum maximises the linear
-scalarisation at ``mu = grad g`` there. For a linear utility both are its weights. Why not
+``g(E[G])`` with a smooth ``g`` (Nash welfare, risk-averse), its multipliers ``mu``: the
+ratios are those of the occupancy that maximises ``mu^T E_d[r] - alpha D_f``, and for a
+concave ``g`` the SER optimum maximises the linear scalarisation at ``mu = grad g`` there.
+A piecewise-linear ``g`` (Tchebycheff, threshold) keeps its weights: its optimum sits at a
+kink, where ``mu`` is one supergradient of many (:func:`.policy.acting_weights`). For a
+linear utility both are its weights. Why not
 the label the optimised occupancy ``d* = w* d^D`` favours: in a probe on that halfcheetah
 data the labels' mass ``sum_{steps of b} w*`` stayed near each label's share of the data,
 too flat to choose one (acting at the heaviest label did worse than at the utility's weights

@@ -39,7 +39,10 @@ from jaxopt_suite.rl.aetdice.dice import (
     policy_action,
     policy_statistics,
 )
-from jaxopt_suite.rl.aetdice.utilities import AET
+from jaxopt_suite.rl.aetdice.utilities import AET, Tchebycheff, Threshold
+
+# utilities whose optimum lies at a kink, where the multipliers do not say where to act
+_KINKED = (Tchebycheff, Threshold)
 
 FEATURES = ("observation", "augmented", "timed")
 
@@ -222,13 +225,21 @@ def trained_policies(
 
 def acting_weights(objective: AET, result: DiceResult | None = None) -> np.ndarray:
     """The weights on the dataset's rewards that a behaviour-conditioned policy acts for
-    (:mod:`.dice`, "behaviour-conditioned extraction"; ours): with a DICE ``result`` for a SER
-    objective, the multipliers ``mu`` its ratios were trained at, ``g``'s supergradient at the
+    (:mod:`.dice`, "the label a conditioned policy acts at"; ours).
+
+    With a DICE ``result`` for a SER objective whose ``g`` is smooth (Nash welfare,
+    risk-averse), the multipliers ``mu`` its ratios were trained at: ``g``'s gradient at the
     optimised expected return, whose linear scalarisation has the SER optimum of a concave
-    ``g`` among its optima, clipped at 0; otherwise (ESR, plain cloning, or multipliers that
-    are not finite or all 0 once clipped) the utility's weights."""
+    ``g`` among its optima (clipped at 0). Otherwise the utility's weights: under ESR, for
+    plain cloning, where the multipliers are not finite or all 0 once clipped, and for a
+    piecewise-linear ``g`` (Tchebycheff, threshold), whose optimum sits at a kink: there ``mu``
+    is one of many supergradients, the scalarisation at it is optimal on a whole face, and the
+    learned ``mu`` tends to a corner (Tchebycheff SER on the ``morl`` suite's halfcheetah data:
+    ``(0.003, 0.299)`` at ``w = (0.7, 0.3)``, ``probes/morl_mass_halfcheetah.json``), where a
+    behaviour that maximises one objective alone acts.
+    """
     weights = np.asarray(objective.utility.weights, np.float64)
-    if result is None or objective.inner is not None:
+    if result is None or objective.inner is not None or isinstance(objective.outer, _KINKED):
         return weights
     mu = np.asarray(objective.outer.multipliers(result.params.dual), np.float64)
     if mu.shape != weights.shape or not np.all(np.isfinite(mu)):
