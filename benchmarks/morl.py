@@ -259,6 +259,16 @@ def replicate_data(name: str, task: dict, replicates, data, spread) -> dict:
     return {r: data[r] if r < len(data) else made[r] for r in replicates}
 
 
+def objective_set(objective: str, data, preferences) -> tuple[list, list, object]:
+    """For ``objective`` (a ``family/criterion`` of :data:`OBJECTIVES`): the family's utilities
+    at ``preferences`` (:func:`utilities`, read off ``data``), the objectives of that criterion,
+    and their evaluation keys (:func:`evaluation_keys`)."""
+    family, criterion = objective.split("/")
+    family_utilities = utilities(family, data, preferences)
+    objectives = [getattr(U, criterion)(u) for u in family_utilities]
+    return family_utilities, objectives, evaluation_keys(objective, len(objectives))
+
+
 def evaluation_keys(objective: str, count: int):
     """The evaluation keys of ``objective`` (a ``family/criterion`` of :data:`OBJECTIVES`), one
     per preference: every method and training key is scored on them."""

@@ -40,16 +40,11 @@ import envs
 from benchmarks import morl as M
 from benchmarks.harness import environment
 from benchmarks.jsonio import dumps
+from benchmarks.morl_policy_probe import _paired, nonlinear_objectives
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
 LABELS = ("weights", "scaled", "acting")
-
-
-def _paired(ours, theirs) -> dict:
-    difference = np.asarray(ours) - np.asarray(theirs)
-    se = float(difference.std(ddof=1) / np.sqrt(difference.size))
-    return {"mean": float(difference.mean()), "se": se, "per_key": difference.tolist()}
 
 
 def probe(task_name: str, objective_names, log=print) -> dict:
@@ -72,10 +67,7 @@ def probe(task_name: str, objective_names, log=print) -> dict:
     log(f"optidice, bc trained: {time.perf_counter() - start:.0f} s")
     out: dict = {"spread": spread.tolist()}
     for name in objective_names:
-        family, criterion = name.split("/")
-        family_utilities = M.utilities(family, data, prefs)
-        objectives = [getattr(U, criterion)(u) for u in family_utilities]
-        keys = M.evaluation_keys(name, len(objectives))
+        family_utilities, objectives, keys = M.objective_set(name, data, prefs)
         seeded = dict(shared)
         seeded["serdice"] = M._seeded(
             A.train_serdice, data, [U.ser(u) for u in family_utilities], key, config,
@@ -143,13 +135,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
-    names = args.objectives.split(",")
-    unknown = [n for n in names if n not in M.OBJECTIVES or n.startswith("lin")]
-    if unknown:
-        raise ValueError(
-            f"--objectives must be nonlinear objectives of the suite "
-            f"{[o for o in M.OBJECTIVES if not o.startswith('lin')]}, got {unknown}"
-        )
+    names = nonlinear_objectives(args.objectives)
     results = probe(args.task, names)
     with open(args.out, "w") as f:
         f.write(dumps(

@@ -314,10 +314,7 @@ def probe(
     log(f"optidice, bc trained: {time.perf_counter() - start:.0f} s")
     out: dict = {}
     for label in labels:
-        family, criterion = label.split("/")
-        family_utilities = M.utilities(family, data, prefs)
-        objectives = [getattr(U, criterion)(u) for u in family_utilities]
-        keys = M.evaluation_keys(label, len(objectives))
+        family_utilities, objectives, keys = M.objective_set(label, data, prefs)
         seeded = dict(shared)
         seeded["serdice"] = M._seeded(
             A.train_serdice, training, [U.ser(u) for u in family_utilities], key, config,
@@ -360,6 +357,19 @@ def probe(
         log(f"{label}: " + ", ".join(f"{m} {v:.4f}" for m, v in out[label]["means"].items())
             + f" ({time.perf_counter() - start:.0f} s)")  # fmt: skip
     return out
+
+
+def nonlinear_objectives(argument: str) -> list[str]:
+    """The comma-separated ``--objectives``, each a nonlinear objective of the suite, or a
+    ValueError naming those that are not."""
+    names = argument.split(",")
+    unknown = [name for name in names if name not in M.OBJECTIVES or name.startswith("lin")]
+    if unknown:
+        raise ValueError(
+            f"--objectives must be nonlinear objectives of the suite "
+            f"{[o for o in M.OBJECTIVES if not o.startswith('lin')]}, got {unknown}"
+        )
+    return names
 
 
 def main(argv=None) -> None:
@@ -416,13 +426,7 @@ def main(argv=None) -> None:
     if any(v not in VARIANTS for v in variants):
         raise ValueError(f"--variants must be among {list(VARIANTS)}, got {variants}")
     variants = ["aetdice", *(v for v in variants if v != "aetdice")]
-    labels = args.objectives.split(",")
-    unknown = [label for label in labels if label not in M.OBJECTIVES or label.startswith("lin")]
-    if unknown:
-        raise ValueError(
-            f"--objectives must be nonlinear objectives of the suite "
-            f"{[o for o in M.OBJECTIVES if not o.startswith('lin')]}, got {unknown}"
-        )
+    labels = nonlinear_objectives(args.objectives)
     results = probe(
         args.task, labels, mass_constraint=not args.without_mass_bound, replicates=replicates,
         variants=variants, behaviour=behaviour,
