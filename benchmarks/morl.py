@@ -42,17 +42,13 @@ evaluation preferences ``w`` (3 per task):
 * linear ``w^T G``, where SER and ESR coincide.
 
 On the Brax tasks every DICE method (AETDICE, SER-DICE, OptiDICE) fits its policy conditioned
-on the episodes' behaviour preferences (``DiceConfig.behaviour_conditioned``), as BC(P) does:
-a policy of the state alone mixed the behaviour policies' gaits step by step (the run at
-9e6b49b: on halfcheetah every DICE policy ran slower and spent more energy than BC(P)). Each
-conditioned policy acts at the behaviour preference that weighs the normalised rewards as its
-objective's utility weights do, or, for a DICE policy of a SER objective with a smooth utility
-(Nash welfare, risk-averse), as its multipliers ``mu`` do
-(:func:`jaxopt_suite.rl.aetdice.policy.acting_label`). Up to the run at f229f37 every one
-acted at the utility's weights read as a preference, which weighs the rewards as collected,
-not as normalised (halfcheetah's run rewards are divided by 14 times more than its energy
-ones); the committed ``morl.json`` is that run's (``benchmarks.morl_label_probe`` scores
-both labels).
+on the episodes' behaviour preferences and acts at the utility's normalised weights, as BC(P)
+does (``DiceConfig.behaviour_conditioned``): a policy of the state alone mixed the behaviour
+policies' gaits step by step (the run at 9e6b49b: on halfcheetah every DICE policy ran slower and
+spent more energy than BC(P)). The weights are read as a behaviour preference, which weighs
+the rewards as collected, not as normalised (halfcheetah's run rewards are divided by 14
+times more than its energy ones); ``benchmarks.morl_label_probe`` scores the policies at their
+translation into the behaviour's units (:func:`envs.behaviour_label`) as well.
 
 For every nonlinear utility and criterion (SER, ESR): AETDICE on that objective; SER-DICE on the
 utility's SER (the Markov method has no ESR form; its policy is scored on both); OptiDICE at

@@ -2,26 +2,24 @@
 data (not a suite).
 
 On a task's suite datasets, training keys and evaluation keys, it trains every method once per
-objective, as the suite does, and scores each policy at two labels
-(:func:`jaxopt_suite.rl.aetdice.policy.acting_label`; the label is read only when the policy
-acts, so both scores come from one network):
+objective, as the suite does, and scores each policy at up to three labels (the label is read
+only when the policy acts, so every score comes from one network):
 
-* ``weights``: the utility's weights over their sum, read as a behaviour preference (every
-  method up to the run at f229f37);
+* ``weights``: the utility's weights over their sum, read as a behaviour preference (what the
+  library's conditioned policies act at, :func:`jaxopt_suite.rl.aetdice.policy.trained_policies`);
 * ``scaled``: the preference that weighs the normalised rewards as the utility's weights do
-  (:func:`envs.behaviour_label`);
-* ``acting``: the library's label: ``scaled`` for BC(P), OptiDICE and ESR objectives; for a
-  DICE policy of a SER objective, the preference that weighs the normalised rewards as its
-  multipliers ``mu`` do (since a piecewise-linear utility's policies act at ``scaled`` too:
-  Tchebycheff and threshold).
+  (:func:`envs.behaviour_label`): a behaviour preference weighs the rewards as collected,
+  and the suite divides them by ``spread`` (:func:`benchmarks.morl.normalised`);
+* ``multipliers``: for a DICE policy of a SER objective (SER-DICE, AETDICE), the preference
+  that weighs the normalised rewards as its final multipliers ``mu`` do (``metrics["mu"]``'s
+  last row): for a concave ``g`` the SER optimum maximises the linear scalarisation at ``mu``.
 
-Per objective it records each method's per-key scores and labels under each (BC(P)'s and
-OptiDICE's ``scaled`` is their ``acting``, scored once), and the paired margins (over the
-keys) of AETDICE to the best baseline under each, and of each method's ``acting`` and
-``scaled`` to its ``weights``.
+Per objective it records each method's per-key scores and labels under each, and the paired
+margins (over the keys) of AETDICE to the best baseline under ``weights``, and of each
+method's other labels to its ``weights``.
 
     PYTHONPATH=. python -m benchmarks.morl_label_probe --task mo_halfcheetah \\
-        --objectives risk_averse/ser,nash/ser,tchebycheff/ser,threshold/ser \\
+        --objectives risk_averse/ser,nash/ser \\
         --out benchmarks/results/probes/morl_label_halfcheetah.json
 """
 
@@ -44,7 +42,7 @@ from benchmarks.morl_policy_probe import _paired, nonlinear_objectives
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
-LABELS = ("weights", "scaled", "acting")
+LABELS = ("weights", "scaled", "multipliers")
 
 
 def probe(task_name: str, objective_names, log=print) -> dict:
@@ -68,6 +66,7 @@ def probe(task_name: str, objective_names, log=print) -> dict:
     out: dict = {"spread": spread.tolist()}
     for name in objective_names:
         family_utilities, objectives, keys = M.objective_set(name, data, prefs)
+        criterion = name.split("/")[1]
         seeded = dict(shared)
         seeded["serdice"] = M._seeded(
             A.train_serdice, data, [U.ser(u) for u in family_utilities], key, config,
@@ -78,23 +77,25 @@ def probe(task_name: str, objective_names, log=print) -> dict:
         labels: dict = {}
         for method, policies_by_key in seeded.items():
             for kind in LABELS:
-                if kind == "scaled" and method in ("bc", "optidice"):
-                    continue  # their acting label (checked below)
+                if kind == "multipliers" and (
+                    method not in ("serdice", "aetdice") or criterion != "ser"
+                ):
+                    continue
                 values, used = [], []
                 for s in seeds:
                     row, row_labels = [], []
                     for policy, objective, k in zip(
                         policies_by_key[s], objectives, keys, strict=True
                     ):
-                        label = policy.label
                         w = np.asarray(objective.utility.weights, np.float64)
                         if kind == "weights":
-                            label = jnp.asarray(w / w.sum(), jnp.float32)
+                            label = w / w.sum()
                         elif kind == "scaled":
-                            label = jnp.asarray(envs.behaviour_label(data[s], w))
-                        elif method in ("bc", "optidice"):
-                            scaled = envs.behaviour_label(data[s], w)
-                            np.testing.assert_allclose(policy.label, scaled, rtol=1e-6)
+                            label = envs.behaviour_label(data[s], w)
+                        else:
+                            mu = np.maximum(np.asarray(policy.metrics["mu"][-1], np.float64), 0)
+                            label = envs.behaviour_label(data[s], mu)
+                        label = jnp.asarray(label, jnp.float32)
                         result = score(dataclasses.replace(policy, label=label), objective, k)
                         row.append(float(result["value"]))
                         row_labels.append(np.asarray(label, np.float64).round(4).tolist())
@@ -102,26 +103,17 @@ def probe(task_name: str, objective_names, log=print) -> dict:
                     used.append(row_labels)
                 per_key[f"{method}/{kind}"] = values
                 labels[f"{method}/{kind}"] = used
-                if kind == "acting" and method in ("bc", "optidice"):
-                    per_key[f"{method}/scaled"] = values
-                    labels[f"{method}/scaled"] = used
         entry = {"per_key": per_key, "labels": labels,
                  "means": {m: float(np.mean(v)) for m, v in per_key.items()}}  # fmt: skip
-        for kind in LABELS:
-            best = max(M.BASELINES, key=lambda b, kind=kind: np.mean(per_key[f"{b}/{kind}"]))
-            entry[f"best_baseline/{kind}"] = best
-            entry[f"aetdice - best/{kind}"] = _paired(
-                per_key[f"aetdice/{kind}"], per_key[f"{best}/{kind}"]
-            )
-        for kind in ("scaled", "acting"):
+        best = max(M.BASELINES, key=lambda b: np.mean(per_key[f"{b}/weights"]))
+        entry["best_baseline"] = best
+        entry["aetdice - best"] = _paired(per_key["aetdice/weights"], per_key[f"{best}/weights"])
+        for kind in LABELS[1:]:
             entry[f"{kind} - weights"] = {
                 method: _paired(per_key[f"{method}/{kind}"], per_key[f"{method}/weights"])
                 for method in seeded
+                if f"{method}/{kind}" in per_key
             }
-        entry["acting - scaled"] = {
-            method: _paired(per_key[f"{method}/acting"], per_key[f"{method}/scaled"])
-            for method in ("serdice", "aetdice")
-        }
         out[name] = entry
         log(f"{name}: " + ", ".join(f"{m} {v:.4f}" for m, v in entry["means"].items())
             + f" ({time.perf_counter() - start:.0f} s)")  # fmt: skip

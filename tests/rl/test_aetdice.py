@@ -214,46 +214,6 @@ def test_behaviour_conditioned_policies_act_at_the_utility_weights():
         fit(unlabelled, problem, jax.random.key(0))
 
 
-def test_conditioned_policies_act_for_their_weights_on_the_scaled_rewards():
-    """On rewards divided by ``s`` after collection, weights ``v`` on them are the behaviour
-    preference ``v / s``: BC(P) acts there (it acted at ``v`` itself before). A DICE policy of a
-    SER objective with a smooth utility acts for its multipliers ``mu``; under ESR, for a
-    piecewise-linear utility, and where ``mu`` is no weighting (all 0), for the utility's
-    weights."""
-    config = A.DiceConfig(iterations=50, batch_size=64, hidden=(16,), policy_hidden=(16,),
-                          behaviour_conditioned=True)  # fmt: skip
-    scaled = envs.scale_rewards(_dataset(), [2.0, 8.0])
-    bc = A.train_bc(scaled, U.ser(U.linear([1.0, 1.0])), jax.random.key(3), config)
-    chex.assert_trees_all_close(bc.label, jnp.array([0.8, 0.2]))
-
-    nash = U.nash_welfare([1.0, 1.0], shift=1.0)
-    dual = jnp.log(jnp.array([0.3, 0.1]))  # nash's multipliers are exp(dual)
-    result = A.dice.DiceResult(params=A.dice.DiceParams(None, dual, None, None, None), metrics={})
-    acting = A.policy.acting_weights
-    np.testing.assert_allclose(acting(U.ser(nash), result), [0.3, 0.1], rtol=1e-6)
-    np.testing.assert_allclose(acting(U.esr(nash), result), [1.0, 1.0])
-    np.testing.assert_allclose(acting(U.ser(nash)), [1.0, 1.0])  # no result: plain cloning
-    vanished = A.dice.DiceResult(params=result.params._replace(dual=jnp.full(2, -1e4)), metrics={})
-    averse = U.risk_averse(2.0, [2.0, 1.0])  # multipliers exp(dual), 0 in float32 here
-    np.testing.assert_allclose(acting(U.ser(averse), vanished), [2.0, 1.0])
-    np.testing.assert_allclose(acting(U.ser(averse), result), [0.3, 0.1], rtol=1e-6)
-    # piecewise-linear utilities: the multipliers at a kink do not say where to act
-    corner = result.params._replace(dual=jnp.array([9.0, -9.0]))
-    cornered = A.dice.DiceResult(params=corner, metrics={})
-    for kinked in (U.tchebycheff([2.0, 1.0]), U.threshold([1.0, 1.0], weights=[2.0, 1.0])):
-        np.testing.assert_allclose(acting(U.ser(kinked), cornered), [2.0, 1.0])
-    # (0.3 / 2, 0.1 / 8) over its sum
-    np.testing.assert_allclose(
-        A.policy.acting_label(scaled, U.ser(nash), result), [12 / 13, 1 / 13], rtol=1e-6
-    )
-
-    serdice = A.train_serdice(scaled, U.ser(nash), jax.random.key(4), config, discount=0.9)
-    mu = np.asarray(serdice.metrics["mu"][-1], np.float64)  # the final step's
-    expected = mu / np.array([2.0, 8.0])
-    np.testing.assert_allclose(serdice.label, expected / expected.sum(), rtol=1e-5)
-    assert abs(float(serdice.label[0]) - 0.8) > 0.05  # not where the weights (1, 1) act
-
-
 def test_behaviour_labels_are_normalised_like_the_weights_they_act_at():
     data = _dataset()
     scaled = data._replace(preferences=3.0 * np.asarray(data.preferences))

@@ -145,7 +145,6 @@ def train_aetdice(
     results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
     features = "observation" if markov_policy else "augmented" if with_return else "timed"
     policies = trained_policies(
-        "aetdice", features, config, data, results, dataset.mask.shape[1], objectives,
-        dataset=dataset, multipliers=True,
-    )  # fmt: skip
+        "aetdice", features, config, data, results, dataset.mask.shape[1], objectives
+    )
     return policies[0] if single else policies

@@ -8,8 +8,7 @@
   optimises SER of a Markov policy and has no way to express ESR.
 * :func:`train_bc`: preference-conditioned behaviour cloning (D4MORL's BC(P), Zhu et al.,
   ICLR 2023): ``pi(a | s, preference)`` fitted on every episode with its behaviour
-  preference, evaluated at the preference that weighs the rewards as the utility's weights
-  do (:func:`.policy.acting_label`).
+  preference, evaluated at the utility's (normalised) weights.
 
 The discounted DICE problem of the first two takes ``gamma`` on every step except a
 termination; the last stored step bootstraps from its next state, as the time limit does not
@@ -89,9 +88,8 @@ def _train_discounted(method, dataset, objectives, key, config, discount):
     keys = jax.random.split(key, len(problems))
     results = fit_problems(config, data.actions.shape[-1], data, problems, keys)
     return trained_policies(
-        method, "observation", config, data, results, dataset.mask.shape[1], objectives,
-        dataset=dataset, multipliers=True,
-    )  # fmt: skip
+        method, "observation", config, data, results, dataset.mask.shape[1], objectives
+    )
 
 
 def train_optidice(
@@ -122,8 +120,7 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     """Preference-conditioned behaviour cloning (module docstring): one network trained on all
     episodes, conditioned on each episode's behaviour preference (the unweighted fit with
     ``behaviour_conditioned``, whatever ``config`` says), returned once per objective acting
-    at the preference that weighs the rewards as the objective's utility weights do
-    (:func:`.policy.acting_label`)."""
+    at the objective's normalised weights."""
     config = dataclasses.replace(
         DiceConfig() if config is None else config, behaviour_conditioned=True
     )
@@ -147,6 +144,6 @@ def train_bc(dataset, objectives, key: jax.Array, config: DiceConfig | None = No
     )
     policies = trained_policies(
         "bc", "observation", config, data, [result] * len(objectives), dataset.mask.shape[1],
-        objectives, dataset=dataset, multipliers=False,
+        objectives,
     )  # fmt: skip
     return policies[0] if single else policies

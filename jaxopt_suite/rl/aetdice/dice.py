@@ -64,26 +64,12 @@ the state alone mixes them step by step, which a gait does not survive: on the `
 suite's halfcheetah data the DICE policies ran slower *and* spent more energy than
 preference-conditioned cloning's. With this option the weighted cloning is also conditioned
 on each episode's behaviour annotation ``b`` (the dataset's ``preferences`` over their
-sums, standardised like the features), ``max E_D[w* log pi(a|s, b)]``.
-
-**The label a conditioned policy acts at** (ours; :func:`.policy.acting_label`). A behaviour
-preference ``b`` weighs the rewards as collected, so the label that acts for weights ``v`` on
-the dataset's rewards is ``v / s`` normalised, ``s`` their divisor since collection
-(:func:`envs.scale_rewards`); ``v`` read as a preference would weigh the collected rewards
-by ``v``. (The ``morl`` suite divides halfcheetah's run and energy rewards by 408 and 28,
-its ``spread`` in ``morl.json`` at f229f37, so there the label ``(0.5, 0.5)`` acts for
-weights ``(0.94, 0.06)`` on the rewards the utilities read.) ``v`` is, for BC(P) (D4MORL's, the same
-fit with ``w = 1``) and under ESR, the utility's weights; for a DICE policy of a SER objective
-``g(E[G])`` with a smooth ``g`` (Nash welfare, risk-averse), its multipliers ``mu``: the
-ratios are those of the occupancy that maximises ``mu^T E_d[r] - alpha D_f``, and for a
-concave ``g`` the SER optimum maximises the linear scalarisation at ``mu = grad g`` there.
-A piecewise-linear ``g`` (Tchebycheff, threshold) keeps its weights: its optimum sits at a
-kink, where ``mu`` is one supergradient of many (:func:`.policy.acting_weights`). For a
-linear utility both are its weights. Why not
-the label the optimised occupancy ``d* = w* d^D`` favours: in a probe on that halfcheetah
-data the labels' mass ``sum_{steps of b} w*`` stayed near each label's share of the data,
-too flat to choose one (acting at the heaviest label did worse than at the utility's weights
-on ESR Tchebycheff).
+sums, standardised like the features), ``max E_D[w* log pi(a|s, b)]``, and the policy acts
+at ``b`` = the objective's utility weights (normalised), where D4MORL's BC(P), the same fit
+with ``w = 1``, acts too. Why not at the label the optimised occupancy ``d* = w* d^D``
+favours: in a probe on that halfcheetah data the labels' mass ``sum_{steps of b} w*``
+stayed near each label's share of the data, too flat to choose one (acting at the heaviest
+label did worse than at the utility's weights on ESR Tchebycheff).
 """
 
 from __future__ import annotations

@@ -12,9 +12,7 @@ from the environment's observation (``features``):
 
 A policy fitted with ``DiceConfig.behaviour_conditioned`` (every BC(P) policy, and DICE
 policies that ask for it, :mod:`.dice`) also takes a behaviour preference and acts at its
-``label`` (:func:`acting_label`): the preference that weighs the rewards as its objective's
-utility weights do (a DICE policy for a SER objective: as its multipliers ``mu`` do), in the
-units the behaviour acted in (:func:`envs.scale_rewards`).
+``label``: its objective's normalised utility weights.
 """
 
 from __future__ import annotations
@@ -39,10 +37,7 @@ from jaxopt_suite.rl.aetdice.dice import (
     policy_action,
     policy_statistics,
 )
-from jaxopt_suite.rl.aetdice.utilities import AET, Tchebycheff, Threshold
-
-# utilities whose optimum lies at a kink, where the multipliers do not say where to act
-_KINKED = (Tchebycheff, Threshold)
+from jaxopt_suite.rl.aetdice.utilities import AET
 
 FEATURES = ("observation", "augmented", "timed")
 
@@ -163,7 +158,7 @@ def dice_data(dataset, features, next_features, continues) -> DiceData:
 
 def normalised_preferences(dataset) -> np.ndarray:
     """The episodes' behaviour preferences ``(N, m)`` over their sums (rows summing to 0 stay
-    0), on the scale of the labels a conditioned policy acts at (:func:`acting_label`)."""
+    0), on the scale of the normalised utility weights a conditioned policy acts at."""
     preferences = np.asarray(dataset.preferences, np.float32)
     total = preferences.sum(axis=-1, keepdims=True)
     return np.where(total > 0, preferences / np.where(total > 0, total, 1.0), preferences)
@@ -193,16 +188,12 @@ def as_list(objectives) -> tuple[list, bool]:
 
 def trained_policies(
     method: str, features: str, config: DiceConfig, data: DiceData, results, horizon: int,
-    objectives: Sequence[AET], *, dataset, multipliers: bool,
+    objectives: Sequence[AET],
 ) -> list[TrainedPolicy]:  # fmt: skip
-    """One :class:`TrainedPolicy` per training result and its objective. A policy fitted
-    behaviour-conditioned acts at the label :func:`acting_label` gives (``multipliers``: the
-    training found the SER objectives' multipliers ``mu``, so it may act at them)."""
+    """One :class:`TrainedPolicy` per training result and its objective; a policy fitted
+    behaviour-conditioned acts at the objective's utility weights over their sum."""
     if config.behaviour_conditioned:
-        labels = [
-            jnp.asarray(acting_label(dataset, o, r if multipliers else None))
-            for o, r in zip(objectives, results, strict=True)
-        ]
+        labels = [o.utility.weights / jnp.sum(o.utility.weights) for o in objectives]
     else:
         labels = [None] * len(objectives)
     mean, std = policy_statistics(data, config.behaviour_conditioned)
@@ -221,43 +212,6 @@ def trained_policies(
         )  # fmt: skip
         for result, label in zip(results, labels, strict=True)
     ]
-
-
-def acting_weights(objective: AET, result: DiceResult | None = None) -> np.ndarray:
-    """The weights on the dataset's rewards that a behaviour-conditioned policy acts for
-    (:mod:`.dice`, "the label a conditioned policy acts at"; ours).
-
-    With a DICE ``result`` for a SER objective whose ``g`` is smooth (Nash welfare,
-    risk-averse), the multipliers ``mu`` its ratios were trained at: ``g``'s gradient at the
-    optimised expected return, whose linear scalarisation has the SER optimum of a concave
-    ``g`` among its optima (clipped at 0). Otherwise the utility's weights: under ESR, for
-    plain cloning, where the multipliers are not finite or all 0 once clipped, and for a
-    piecewise-linear ``g`` (Tchebycheff, threshold), whose optimum sits at a kink: there ``mu``
-    is one of many supergradients, the scalarisation at it is optimal on a whole face, and the
-    learned ``mu`` tends to a corner (Tchebycheff SER on the ``morl`` suite's halfcheetah data:
-    ``(0.003, 0.299)`` at ``w = (0.7, 0.3)``, ``probes/morl_mass_halfcheetah.json``), where a
-    behaviour that maximises one objective alone acts.
-    """
-    weights = np.asarray(objective.utility.weights, np.float64)
-    if result is None or objective.inner is not None or isinstance(objective.outer, _KINKED):
-        return weights
-    mu = np.asarray(objective.outer.multipliers(result.params.dual), np.float64)
-    if mu.shape != weights.shape or not np.all(np.isfinite(mu)):
-        return weights
-    mu = np.maximum(mu, 0.0)
-    return mu if mu.sum() > 0 else weights
-
-
-def acting_label(dataset, objective: AET, result: DiceResult | None = None) -> np.ndarray:
-    """The behaviour preference (over its sum, on the dataset's label scale,
-    :func:`normalised_preferences`) a conditioned policy acts at: the one that weighs the
-    rewards as :func:`acting_weights` does, :func:`envs.behaviour_label`. On rewards scaled
-    since collection (:func:`envs.scale_rewards`) that is not those weights read as a
-    preference: weights ``v`` on rewards divided by ``s`` weigh the collected ones by
-    ``v / s``."""
-    from envs import behaviour_label
-
-    return behaviour_label(dataset, acting_weights(objective, result))
 
 
 def reward_scale(rewards: jax.Array, direction: jax.Array) -> jax.Array:
