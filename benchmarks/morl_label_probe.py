@@ -20,7 +20,10 @@ method's other labels to its ``weights``.
 
     PYTHONPATH=. python -m benchmarks.morl_label_probe --task mo_halfcheetah \\
         --objectives risk_averse/ser,nash/ser \\
-        --out benchmarks/results/probes/morl_label_halfcheetah.json
+        --out /tmp/morl_label_halfcheetah.json
+
+No result of it is committed yet: a run at 1cfb733 (whose library acted at ``scaled`` and, for
+SER DICE policies, at the multipliers' label) was stopped after two objectives.
 """
 
 from __future__ import annotations

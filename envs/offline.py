@@ -562,7 +562,7 @@ def _check_reward_scale(scale, m: int) -> np.ndarray:
 def reward_scale(dataset: OfflineDataset) -> np.ndarray:
     """``(m,)``: the divisor of the dataset's rewards since collection (``metadata
     ["reward_scale"]``, :func:`scale_rewards`), ones if they were never scaled; a ValueError
-    if the metadata holds no such divisor (:func:`validate_dataset`)."""
+    if that entry is not a list of ``m`` finite numbers > 0 (:func:`validate_dataset`)."""
     metadata = dataset.metadata if isinstance(dataset.metadata, dict) else {}
     return _check_reward_scale(metadata.get(REWARD_SCALE), np.shape(dataset.rewards)[-1])
 
