@@ -48,6 +48,20 @@ from jaxopt_suite.rl.aetdice import utilities as U
 LABELS = ("weights", "scaled", "multipliers")
 
 
+def _label(kind: str, dataset, objective, policy) -> jax.Array:
+    """The label of ``kind`` (module docstring) for ``policy`` trained on ``dataset`` for
+    ``objective``."""
+    w = np.asarray(objective.utility.weights, np.float64)
+    if kind == "weights":
+        label = w / w.sum()
+    elif kind == "scaled":
+        label = envs.behaviour_label(dataset, w)
+    else:  # the final multipliers, metrics["mu"]'s last row
+        mu = np.maximum(np.asarray(policy.metrics["mu"][-1], np.float64), 0)
+        label = envs.behaviour_label(dataset, mu)
+    return jnp.asarray(label, jnp.float32)
+
+
 def probe(task_name: str, objective_names, log=print) -> dict:
     task = M.TASKS[task_name]
     if not task["dice"].behaviour_conditioned:
@@ -90,15 +104,7 @@ def probe(task_name: str, objective_names, log=print) -> dict:
                     for policy, objective, k in zip(
                         policies_by_key[s], objectives, keys, strict=True
                     ):
-                        w = np.asarray(objective.utility.weights, np.float64)
-                        if kind == "weights":
-                            label = w / w.sum()
-                        elif kind == "scaled":
-                            label = envs.behaviour_label(data[s], w)
-                        else:
-                            mu = np.maximum(np.asarray(policy.metrics["mu"][-1], np.float64), 0)
-                            label = envs.behaviour_label(data[s], mu)
-                        label = jnp.asarray(label, jnp.float32)
+                        label = _label(kind, data[s], objective, policy)
                         result = score(dataclasses.replace(policy, label=label), objective, k)
                         row.append(float(result["value"]))
                         row_labels.append(np.asarray(label, np.float64).round(4).tolist())
