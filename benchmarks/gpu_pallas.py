@@ -12,11 +12,11 @@ every case (``n``, density, tile, ``B``), checks the kernel against
 reference and XLA's dense and BCOO products (median of ``--repeats`` calls after a
 warm-up, ``block_until_ready``), and times ``solve_lp_batch`` with ``matrix="block"``
 (``bsr_spmm``'s default compiler parameters) against ``"dense"`` and ``"sparse"`` on the
-``lp`` suite's batched LP.
+``lp`` suite's batched LP, at each batch size of ``--batch``.
 A lowering that fails to compile is recorded with its error, not raised. Everything goes
 to ``DIR/gpu_pallas.json``, rewritten after each case (a run cut short keeps what it
-measured); ``--interpret`` runs the same script on a CPU in interpret mode (a check of the
-script itself: its timings mean nothing).
+measured); ``--interpret`` runs the same script on a CPU in interpret mode, on one small
+case and at most 2 repeats (a check of the script itself: its timings mean nothing).
 """
 
 from __future__ import annotations
@@ -155,16 +155,24 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--interpret", action="store_true", help="CPU check of the script")
+    parser.add_argument(
+        "--batch", type=int, nargs="+", default=None,
+        help="batch sizes B of the batched LP (default: 64 256; with --interpret: 64)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    batches = args.batch or ([64] if args.interpret else [64, 256])
+    if args.repeats < 1 or min(batches) < 1:
+        parser.error(f"--repeats and --batch must be >= 1, got {args.repeats} and {batches}")
     backend = jax.default_backend()
     if backend != "gpu" and not args.interpret:
         parser.error(f"needs a GPU backend (jax sees {backend!r}); --interpret checks on CPU")
     lowerings = _lowerings(args.interpret)
     cases = SMALL_CASES if args.interpret else CASES
-    repeats = 2 if args.interpret else args.repeats
+    repeats = min(args.repeats, 2) if args.interpret else args.repeats
     results = {
         "command": "PYTHONPATH=. python3 -m benchmarks.gpu_pallas --out DIR"
-        + (" --interpret" if args.interpret else f" --repeats {args.repeats}"),
+        + (" --interpret" if args.interpret else "")
+        + f" --repeats {repeats} --batch {' '.join(map(str, batches))}",
         "repeats": repeats,
         "jax": jax.__version__,
         "devices": [str(d) for d in jax.devices()],
@@ -176,7 +184,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "gpu_pallas.json"
     # the batched LP first: it is short, and a run cut short then keeps it
-    for B in (64,) if args.interpret else (64, 256):
+    for B in batches:
         results["batched_lp"].append(_batched_lp(B, repeats=min(repeats, 5)))
         print(json.dumps(results["batched_lp"][-1]), flush=True)
         write_json_atomic(path, results)
