@@ -2,8 +2,8 @@
 data (not a suite).
 
 On a task's suite datasets, training keys and evaluation keys, it trains every method once per
-objective, as the suite does, and scores each policy at up to three labels (the label is read
-only when the policy acts, so every score comes from one network):
+objective, as the suite does, and scores each policy at up to four labels (the label is read
+only when the policy acts, so every score comes from one network; ``--labels`` picks them):
 
 * ``weights``: the utility's weights over their sum, read as a behaviour preference (what the
   library's conditioned policies act at, :func:`jaxopt_suite.rl.aetdice.policy.trained_policies`);
@@ -12,7 +12,9 @@ only when the policy acts, so every score comes from one network):
   and the suite divides them by ``spread`` (:func:`benchmarks.morl.normalised`);
 * ``multipliers``: for a DICE policy of a SER objective (SER-DICE, AETDICE), the preference
   that weighs the normalised rewards as its final multipliers ``mu`` do (``metrics["mu"]``'s
-  last row): for a concave ``g`` the SER optimum maximises the linear scalarisation at ``mu``.
+  last row): for a concave ``g`` the SER optimum maximises the linear scalarisation at ``mu``;
+* ``mu``: the same multipliers over their sum, read as a behaviour preference the way
+  ``weights`` reads the utility's weights (no translation into the rewards' units).
 
 Per objective it records each method's per-key scores and labels under each, and the paired
 margins (over the keys) of AETDICE to the best baseline under ``weights``, and of each
@@ -45,7 +47,8 @@ from benchmarks.morl_policy_probe import _paired, nonlinear_objectives
 from jaxopt_suite.rl import aetdice as A
 from jaxopt_suite.rl.aetdice import utilities as U
 
-LABELS = ("weights", "scaled", "multipliers")
+LABELS = ("weights", "scaled", "multipliers", "mu")
+MULTIPLIER_LABELS = ("multipliers", "mu")  # SER-DICE and AETDICE under SER only
 
 
 def _label(kind: str, dataset, objective, policy) -> jax.Array:
@@ -56,13 +59,15 @@ def _label(kind: str, dataset, objective, policy) -> jax.Array:
         label = w / w.sum()
     elif kind == "scaled":
         label = envs.behaviour_label(dataset, w)
-    else:  # the final multipliers, metrics["mu"]'s last row
+    elif kind in MULTIPLIER_LABELS:  # the final multipliers, metrics["mu"]'s last row
         mu = np.maximum(np.asarray(policy.metrics["mu"][-1], np.float64), 0)
-        label = envs.behaviour_label(dataset, mu)
+        label = envs.behaviour_label(dataset, mu) if kind == "multipliers" else mu / mu.sum()
+    else:
+        raise ValueError(f"label kind must be one of {LABELS}, got {kind!r}")
     return jnp.asarray(label, jnp.float32)
 
 
-def probe(task_name: str, objective_names, log=print) -> dict:
+def probe(task_name: str, objective_names, labels=LABELS, log=print) -> dict:
     task = M.TASKS[task_name]
     if not task["dice"].behaviour_conditioned:
         raise ValueError(f"{task_name}'s DICE policies are not behaviour-conditioned")
@@ -93,8 +98,8 @@ def probe(task_name: str, objective_names, log=print) -> dict:
         per_key: dict = {}
         labels: dict = {}
         for method, policies_by_key in seeded.items():
-            for kind in LABELS:
-                if kind == "multipliers" and (
+            for kind in labels:
+                if kind in MULTIPLIER_LABELS and (
                     method not in ("serdice", "aetdice") or criterion != "ser"
                 ):
                     continue
@@ -117,7 +122,7 @@ def probe(task_name: str, objective_names, log=print) -> dict:
         best = max(M.BASELINES, key=lambda b: np.mean(per_key[f"{b}/weights"]))
         entry["best_baseline"] = best
         entry["aetdice - best"] = _paired(per_key["aetdice/weights"], per_key[f"{best}/weights"])
-        for kind in LABELS[1:]:
+        for kind in labels[1:]:
             entry[f"{kind} - weights"] = {
                 method: _paired(per_key[f"{method}/{kind}"], per_key[f"{method}/weights"])
                 for method in seeded
@@ -133,11 +138,19 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="mo_halfcheetah", choices=("mo_hopper", "mo_halfcheetah"))
     parser.add_argument("--objectives", default="risk_averse/ser")
+    parser.add_argument(
+        "--labels", default=",".join(LABELS),
+        help=f"comma-separated, 'weights' first, among {', '.join(LABELS)}",
+    )  # fmt: skip
     parser.add_argument("--out", required=True)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     names = nonlinear_objectives(args.objectives)
-    results = probe(args.task, names)
+    labels = tuple(args.labels.split(","))
+    if labels[0] != "weights" or len(set(labels)) != len(labels) or set(labels) - set(LABELS):
+        parser.error(f"--labels must name 'weights' first and then others of {LABELS} once "
+                     f"each, got {args.labels!r}")  # fmt: skip
+    results = probe(args.task, names, labels)
     with open(args.out, "w") as f:
         f.write(dumps(
             {"command": "python -m benchmarks.morl_label_probe " + " ".join(argv),

@@ -1,9 +1,12 @@
 """The morl suite: training keys paired with datasets, pooled utilities, per-key margins."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
 
+import envs
 from benchmarks import (
     morl,
     morl_anchor_probe,
@@ -219,6 +222,34 @@ def test_the_label_probe_refuses_what_the_suite_does_not_score(tmp_path):
             morl_label_probe.main(["--objectives", f"nash/ser,{bad}", "--out", out])
     with pytest.raises(SystemExit):
         morl_label_probe.main(["--task", "mo_balance", "--out", out])
+    for labels in ("mu", "weights,mu,mu", "weights,units"):
+        with pytest.raises(SystemExit):
+            morl_label_probe.main(["--labels", labels, "--out", out])
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_label_probes_multiplier_labels():
+    """``multipliers`` translates the final ``mu`` into the behaviours' units as ``scaled``
+    does the weights; ``mu`` reads it over its sum, as ``weights`` reads the weights."""
+    from types import SimpleNamespace
+
+    tiny = envs.collect(
+        envs.BalanceTask(), lambda preference, observation, key: preference[:1] - 0.5,
+        envs.preference_grid(2, 3, "wide"), key=jax.random.key(0), episodes_per_preference=1,
+        horizon=4,
+    )  # fmt: skip
+    data = envs.scale_rewards(tiny, [4.0, 1.0])
+    objective = SimpleNamespace(utility=SimpleNamespace(weights=np.array([1.0, 3.0])))
+    policy = SimpleNamespace(metrics={"mu": np.array([[9.0, 9.0], [2.0, -1.0], [1.0, 3.0]])})
+    label = functools.partial(morl_label_probe._label, dataset=data, objective=objective,
+                              policy=policy)  # fmt: skip
+    np.testing.assert_allclose(label("weights"), [0.25, 0.75])
+    np.testing.assert_allclose(label("mu"), [0.25, 0.75])  # the last row, over its sum
+    # weights (1, 3) on rewards divided by (4, 1): (1/4, 3) over its sum
+    np.testing.assert_allclose(label("scaled"), [1 / 13, 12 / 13], rtol=1e-6)
+    np.testing.assert_allclose(label("multipliers"), label("scaled"))
+    with pytest.raises(ValueError, match="label kind must be one of"):
+        label("units")
 
 
 def test_the_anchor_probe_refuses_negative_replicates(tmp_path):
