@@ -542,11 +542,11 @@ def test_unknown_aggregator_options_are_refused(key):
 
 
 def _last_number_on_four_virtual_devices(script: str) -> float:
-    """Runs ``script`` in a fresh interpreter with four virtual CPU devices; the number it
-    printed last."""
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
+    """Runs ``script`` in a fresh interpreter with four virtual CPU devices (and the test
+    suite's compiler flags, which this process's environment holds); the number it printed
+    last."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
     out = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
