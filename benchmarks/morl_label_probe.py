@@ -61,13 +61,18 @@ def _label(kind: str, dataset, objective, policy) -> jax.Array:
         label = envs.behaviour_label(dataset, w)
     elif kind in MULTIPLIER_LABELS:  # the final multipliers, metrics["mu"]'s last row
         mu = np.maximum(np.asarray(policy.metrics["mu"][-1], np.float64), 0)
-        label = envs.behaviour_label(dataset, mu) if kind == "multipliers" else mu / mu.sum()
+        if kind == "multipliers":
+            label = envs.behaviour_label(dataset, mu)
+        elif mu.sum() > 0:
+            label = mu / mu.sum()
+        else:
+            raise ValueError(f"the final multipliers have no positive entry: {mu.tolist()}")
     else:
         raise ValueError(f"label kind must be one of {LABELS}, got {kind!r}")
     return jnp.asarray(label, jnp.float32)
 
 
-def probe(task_name: str, objective_names, labels=LABELS, log=print) -> dict:
+def probe(task_name: str, objective_names, kinds=LABELS, log=print) -> dict:
     task = M.TASKS[task_name]
     if not task["dice"].behaviour_conditioned:
         raise ValueError(f"{task_name}'s DICE policies are not behaviour-conditioned")
@@ -98,7 +103,7 @@ def probe(task_name: str, objective_names, labels=LABELS, log=print) -> dict:
         per_key: dict = {}
         labels: dict = {}
         for method, policies_by_key in seeded.items():
-            for kind in labels:
+            for kind in kinds:
                 if kind in MULTIPLIER_LABELS and (
                     method not in ("serdice", "aetdice") or criterion != "ser"
                 ):
@@ -122,7 +127,7 @@ def probe(task_name: str, objective_names, labels=LABELS, log=print) -> dict:
         best = max(M.BASELINES, key=lambda b: np.mean(per_key[f"{b}/weights"]))
         entry["best_baseline"] = best
         entry["aetdice - best"] = _paired(per_key["aetdice/weights"], per_key[f"{best}/weights"])
-        for kind in labels[1:]:
+        for kind in kinds[1:]:
             entry[f"{kind} - weights"] = {
                 method: _paired(per_key[f"{method}/{kind}"], per_key[f"{method}/weights"])
                 for method in seeded

@@ -250,6 +250,9 @@ def test_the_label_probes_multiplier_labels():
     np.testing.assert_allclose(label("multipliers"), label("scaled"))
     with pytest.raises(ValueError, match="label kind must be one of"):
         label("units")
+    policy.metrics["mu"][-1] = [0.0, -2.0]  # no preference to read: refused, not NaN
+    with pytest.raises(ValueError, match=r"no positive entry: \[0.0, 0.0\]"):
+        label("mu")
 
 
 def test_the_anchor_probe_refuses_negative_replicates(tmp_path):
@@ -303,3 +306,40 @@ def test_report_renders_the_fronts_of_each_method(tmp_path):
     assert "| task | objective | aetdice HV / sparsity | optidice HV / sparsity |" in text
     # SER-DICE has no entry here: a dash, the others in the header's order
     assert "| mo_balance | nash/ser | 0.5 / 0.01 | 0.25 / 0.125 | - | 0.75 / 0.0625 |" in text
+
+
+def test_the_label_probe_scores_each_method_at_each_label(monkeypatch):
+    """``probe``'s loops on stand-ins for the data, the training and the scoring (the real
+    ones take an hour on a Brax task): every method at each label asked for, the multiplier
+    labels for the SER DICE methods only, and the margins to ``weights``."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    M = morl_label_probe.M
+
+    @dataclasses.dataclass(frozen=True)
+    class Policy:
+        label: object = None
+        metrics: dict = dataclasses.field(default_factory=lambda: {"mu": np.array([[3.0, 1.0]])})
+
+    objective = SimpleNamespace(utility=SimpleNamespace(weights=np.array([1.0, 3.0])))
+    monkeypatch.setattr(M, "task_data", lambda name, task: ("data", np.ones(2), None))
+    monkeypatch.setattr(morl_label_probe.envs, "make_multi_objective", lambda name: None)
+    # a policy scores the first entry of the label it acts at
+    monkeypatch.setattr(M, "_Scorer", lambda *a: lambda p, o, k: {"value": float(p.label[0])})
+    monkeypatch.setattr(M, "utilities", lambda *a: [])
+    monkeypatch.setattr(M, "objective_set", lambda *a: ([], [objective] * 2, [0, 1]))
+    monkeypatch.setattr(
+        M, "_seeded", lambda train, data, objectives, *a, **k: [[Policy()] * 2] * M.SEEDS
+    )
+    monkeypatch.setattr(morl_label_probe, "_label", lambda kind, data, objective, policy: (
+        np.array([0.25, 0.75]) if kind == "weights" else np.array([0.75, 0.25])))  # fmt: skip
+    out = morl_label_probe.probe("mo_halfcheetah", ["nash/ser"], ("weights", "mu"), log=str)
+    entry = out["nash/ser"]
+    assert entry["means"] == {
+        "optidice/weights": 0.25, "bc/weights": 0.25, "serdice/weights": 0.25,
+        "serdice/mu": 0.75, "aetdice/weights": 0.25, "aetdice/mu": 0.75,
+    }  # fmt: skip
+    assert set(entry["mu - weights"]) == {"serdice", "aetdice"}
+    assert entry["mu - weights"]["aetdice"]["mean"] == pytest.approx(0.5)
+    assert entry["aetdice - best"]["mean"] == 0.0
