@@ -61,13 +61,13 @@ def _release_compiled_programs():
 # processes (pytest-xdist, --dist loadfile) in collection order, each process taking the next
 # file when it is free, and a long file collected last would be left running alone at the
 # end. The order is that of the files' summed durations in one make-test run
-# (`pytest -n 2 --dist loadfile --durations=0`, 30 s and over); the rest follow in
-# collection order.
+# (`pytest -n 2 --dist loadfile --durations=0`, the 18 files of 36 s and over); the rest
+# follow in collection order.
 _LONGEST_FILES = (
     "tests/robust/test_simulator.py",
-    "tests/rl/test_training.py",
-    "tests/test_examples.py",
     "tests/rl/test_aetdice.py",
+    "tests/test_examples.py",
+    "tests/rl/test_training.py",
     "tests/pwl/test_bnb.py",
     "tests/boosting/test_estimators.py",
     "tests/lp/test_pdlp.py",
