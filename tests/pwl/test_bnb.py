@@ -11,7 +11,6 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.optimize import linprog
 
 from jaxopt_suite.lp import LPOptions
 from jaxopt_suite.pwl import MIPStatus, PWLModel, PWLOptions, solve_pwl
@@ -47,30 +46,11 @@ def random_model(seed, functions=3, segments=4, nonconvex=True):
     return m
 
 
-def held_optimum(comp, lower, upper) -> float:
-    """HiGHS's optimum of the compiled LP with the columns held to ``[lower, upper]``
-    (minimisation form, constant included); ``inf`` where it has no solution."""
-    lp = comp.lp
-    A = lp.A.toarray()
-    eq = lp.row_lower == lp.row_upper
-    up_rows = np.isfinite(lp.row_upper) & ~eq
-    lo_rows = np.isfinite(lp.row_lower) & ~eq
-    r = linprog(
-        lp.c,
-        A_ub=np.vstack([A[up_rows], -A[lo_rows]]),
-        b_ub=np.concatenate([lp.row_upper[up_rows], -lp.row_lower[lo_rows]]),
-        A_eq=A[eq],
-        b_eq=lp.row_lower[eq],
-        bounds=list(zip(lower, upper, strict=True)),
-        method="highs",
-    )
-    return float(r.fun + lp.objective_offset) if r.status == 0 else math.inf
-
-
-def _held_lp(comp):
-    """``solve(upper)``: HiGHS's optimum of the compiled LP with the columns held to
-    ``[var_lower, upper]``, as ``held_optimum`` gives it, from one HiGHS model whose column
-    bounds change per call (each solve starts from the last one's basis)."""
+def held_lp(comp):
+    """``solve(upper, lower=None)``: HiGHS's optimum of the compiled LP with the columns held
+    to ``[lower, upper]`` (``lower`` None: the LP's own), in minimisation form with the
+    constant included, ``inf`` where it has no solution. One HiGHS model serves every call:
+    its column bounds change, and each solve starts from the last one's basis."""
     import highspy
 
     lp = comp.lp
@@ -90,14 +70,16 @@ def _held_lp(comp):
     h.setOptionValue("output_flag", False)
     assert h.passModel(model) == highspy.HighsStatus.kOk
     columns = np.arange(A.shape[1], dtype=np.int32)
-    lower = np.asarray(lp.var_lower, np.float64)
 
-    def solve(upper):
-        h.changeColsBounds(columns.size, columns, lower, np.asarray(upper, np.float64))
+    def solve(upper, lower=None):
+        lower = lp.var_lower if lower is None else lower
+        h.changeColsBounds(
+            columns.size, columns, np.asarray(lower, np.float64), np.asarray(upper, np.float64)
+        )
         h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-            # not optimal from the last basis: decided by a solve from scratch, as
-            # held_optimum does (infeasible, say, is then inf)
+            # not optimal from the last basis: decided by a solve from scratch (infeasible,
+            # say, is then inf)
             h.clearSolver()
             h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
@@ -117,7 +99,7 @@ def brute_force(model):
     if description not in _BRUTE_FORCE:
         comp = model.compile()
         lp = comp.lp
-        solve = _held_lp(comp)
+        solve = held_lp(comp)
         best = math.inf
         for segs in itertools.product(*[range(t.segments) for t in comp.terms]):
             upper = lp.var_upper.copy()
@@ -814,7 +796,7 @@ def _segment_polish(monkeypatch, model, lo, hi):
     np.testing.assert_allclose((comp.lp.A @ point)[U:], comp.lp.row_lower[U:], rtol=0, atol=1e-12)
     tolerance = 10 * solver.polish_options().tolerance
     # the optimum of the LP held to the pairs, and a safe bound on it, close to it
-    optimum = held_optimum(comp, lower, upper)
+    optimum = held_lp(comp)(upper, lower)
     assert math.isfinite(optimum)
     slack = tolerance * (1 + abs(optimum))
     assert objective == pytest.approx(optimum, abs=slack)
