@@ -5,8 +5,9 @@ On a task's suite datasets, training keys and evaluation keys, it trains every m
 objective, as the suite does, and scores each policy at up to four labels (the label is read
 only when the policy acts, so every score comes from one network; ``--labels`` picks them):
 
-* ``weights``: the utility's weights over their sum, read as a behaviour preference (what the
-  library's conditioned policies act at, :func:`jaxopt_suite.rl.aetdice.policy.trained_policies`);
+* ``weights``: the utility's weights over their sum, read as a behaviour preference: the label
+  the library gives its conditioned policies, ``policy.label``
+  (:func:`jaxopt_suite.rl.aetdice.policy.trained_policies`), read from the policy itself;
 * ``scaled``: the preference that weighs the normalised rewards as the utility's weights do
   (:func:`envs.behaviour_label`): a behaviour preference weighs the rewards as collected,
   and the suite divides them by ``spread`` (:func:`benchmarks.morl.normalised`);
@@ -55,9 +56,11 @@ def _label(kind: str, dataset, objective, policy) -> jax.Array:
     """The label of ``kind`` (module docstring) for ``policy`` trained on ``dataset`` for
     ``objective``."""
     w = np.asarray(objective.utility.weights, np.float64)
-    if kind == "weights":
-        label = w / w.sum()
-    elif kind == "scaled":
+    if kind == "weights":  # the label the library gave the policy, to the last bit
+        if policy.label is None:
+            raise ValueError("the policy carries no label: it is not behaviour-conditioned")
+        return jnp.asarray(policy.label)
+    if kind == "scaled":
         label = envs.behaviour_label(dataset, w)
     elif kind in MULTIPLIER_LABELS:  # the final multipliers, metrics["mu"]'s last row
         mu = np.maximum(np.asarray(policy.metrics["mu"][-1], np.float64), 0)

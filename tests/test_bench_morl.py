@@ -240,10 +240,12 @@ def test_the_label_probes_multiplier_labels():
     )  # fmt: skip
     data = envs.scale_rewards(tiny, [4.0, 1.0])
     objective = SimpleNamespace(utility=SimpleNamespace(weights=np.array([1.0, 3.0])))
-    policy = SimpleNamespace(metrics={"mu": np.array([[9.0, 9.0], [2.0, -1.0], [1.0, 3.0]])})
+    mu = np.array([[9.0, 9.0], [2.0, -1.0], [1.0, 3.0]])
+    # ``weights`` is the policy's own label, not recomputed from the utility
+    policy = SimpleNamespace(metrics={"mu": mu}, label=np.float32([0.2, 0.8]))
     label = functools.partial(morl_label_probe._label, dataset=data, objective=objective,
                               policy=policy)  # fmt: skip
-    np.testing.assert_allclose(label("weights"), [0.25, 0.75])
+    np.testing.assert_array_equal(label("weights"), np.float32([0.2, 0.8]))
     np.testing.assert_allclose(label("mu"), [0.25, 0.75])  # the last row, over its sum
     # weights (1, 3) on rewards divided by (4, 1): (1/4, 3) over its sum
     np.testing.assert_allclose(label("scaled"), [1 / 13, 12 / 13], rtol=1e-6)
@@ -253,6 +255,9 @@ def test_the_label_probes_multiplier_labels():
     policy.metrics["mu"][-1] = [0.0, -2.0]  # no preference to read: refused, not NaN
     with pytest.raises(ValueError, match=r"no positive entry: \[0.0, 0.0\]"):
         label("mu")
+    policy.label = None
+    with pytest.raises(ValueError, match="carries no label"):
+        label("weights")
 
 
 def test_the_anchor_probe_refuses_negative_replicates(tmp_path):
