@@ -363,17 +363,18 @@ def train_with_checkpoints(
     shapes = {"observation_size": trainer.observation_size, "action_size": trainer.action_size}
     k_init, k_loop = jax.random.split(key)
     keys = jax.random.split(k_loop, trainer.iterations)
-    carry = trainer.init(k_init)  # touches no checkpoint: the checks below come first
+    # the layouts from shapes alone: a refused directory costs no env reset or network init
+    carry_shape = jax.eval_shape(trainer.init, k_init)
     metrics_shape = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct((trainer.iterations, *x.shape), x.dtype),
-        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry, keys[0]),
+        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry_shape, keys[0]),
     )
     try:  # as JSON reads it back (tuples become lists), to compare with a checkpoint's
         recorded = json.loads(
             json.dumps(
                 {
                     "settings": {"iterations": trainer.iterations, **dict(trainer.settings)},
-                    "layout": {"carry": _layout(carry), "metrics": _layout(metrics_shape)},
+                    "layout": {"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)},
                     "key": _key_words(key),
                 }
             )
@@ -395,6 +396,7 @@ def train_with_checkpoints(
                 f"{shapes}: the observation or action sizes do not match"
             )
         _check_resumable(meta.meta, recorded, directory)
+    carry = trainer.init(k_init)  # after the checks: the target of a restore, or the start
     metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics_shape)
     done = 0
     if latest is not None:
