@@ -69,19 +69,30 @@ def _padded_with(data, problem, rows, value):
     return padded, padded_problem._replace(rewards=poison(padded_problem.rewards))
 
 
+@functools.cache
+def _fit():
+    """One jitted fit for the tests below (a new jit of ``make_fit`` compiles anew)."""
+    return jax.jit(dice.make_fit(CONFIG, 1))
+
+
+@functools.cache
+def _plain():
+    """The dataset with episode 0 ended at step 2, its augmented rows and ESR Tchebycheff
+    problem, and the fit on the real rows alone (key 4)."""
+    raw = _ended_early(_dataset(), 0, 2)
+    data = aetdice.augmented_data(raw)
+    problem = aetdice.aetdice_problem(raw, U.esr(U.tchebycheff(m=2)))
+    return raw, data, problem, _fit()(data, problem, jax.random.key(4))
+
+
 def test_padded_rows_train_as_the_real_ones_alone_and_are_never_read():
     """The same fit on the real rows, on them padded with zeros and on them padded with NaN:
     NaN anywhere in the padding would reach the parameters if a padded row were sampled or
     entered a statistic; the rest agrees up to float32 rounding of the statistics."""
-    raw = _ended_early(_dataset(), 0, 2)
-    objective = U.esr(U.tchebycheff(m=2))
-    data = aetdice.augmented_data(raw)
-    problem = aetdice.aetdice_problem(raw, objective)
+    raw, data, problem, plain = _plain()
     rows = data.features.shape[0]
     assert rows < raw.mask.size  # the early end removed rows
-    fit = jax.jit(dice.make_fit(CONFIG, 1))
-    key = jax.random.key(4)
-    plain = fit(data, problem, key)
+    fit, key = _fit(), jax.random.key(4)
     zeros = fit(*_padded_with(data, problem, rows + 50, 0.0), key)
     nans = fit(*_padded_with(data, problem, rows + 50, jnp.nan), key)
     leaves = jax.tree.leaves(nans)
@@ -95,12 +106,8 @@ def test_separate_policy_features_are_read_by_the_policy_alone_and_padded():
     """A policy input equal to nu's fits exactly as without one; a policy input of the
     observation alone changes only the policy (nu and the ratios read the augmented state),
     and its padding, NaN, is never read."""
-    raw = _ended_early(_dataset(), 0, 2)
-    data = aetdice.augmented_data(raw)
-    problem = aetdice.aetdice_problem(raw, U.esr(U.tchebycheff(m=2)))
-    fit = jax.jit(dice.make_fit(CONFIG, 1))
-    key = jax.random.key(4)
-    plain = fit(data, problem, key)
+    raw, data, problem, plain = _plain()
+    fit, key = _fit(), jax.random.key(4)
     same = fit(data._replace(policy_features=data.features), problem, key)
     assert _largest_gap(plain, same) < 1e-6
     observations = policy.step_rows(raw.observations, policy.flatten_steps(raw.mask))
