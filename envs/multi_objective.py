@@ -87,13 +87,26 @@ def check_weights(weights, size: int, name: str = "weights") -> np.ndarray:
     return array.astype(np.float32)
 
 
-def _check_scale(scale, size: int) -> np.ndarray:
-    array = np.asarray(scale, dtype=np.float64)
-    if array.shape not in ((), (size,)):
-        raise ValueError(f"scale must be a float or have shape ({size},), got {array.shape}")
+def check_scale(scale, size: int) -> np.ndarray:
+    """``scale`` (a number, or one per objective) as float64 ``(size,)``; a ValueError unless
+    it is finite and > 0 with that shape (ragged or non-numeric input included)."""
+    try:
+        array = np.asarray(scale, dtype=np.float64)
+    except (TypeError, ValueError):  # ragged, or not numbers
+        array = None
+    if array is None or array.shape not in ((), (size,)):
+        shape = "not an array of numbers" if array is None else f"shape {array.shape}"
+        raise ValueError(
+            f"scale must be a number or {size} numbers (one per objective), got {scale!r} ({shape})"
+        )
     if not np.all(np.isfinite(array)) or np.any(array <= 0):
         raise ValueError(f"scale={array.tolist()} must be finite and > 0")
-    return np.broadcast_to(array, (size,)).astype(np.float32)
+    return np.broadcast_to(array, (size,)).copy()
+
+
+def _check_scale(scale, size: int) -> np.ndarray:
+    """:func:`check_scale` in float32, the wrappers' precision."""
+    return check_scale(scale, size).astype(np.float32)
 
 
 WEIGHTS_KEY = "reward_weights"

@@ -34,7 +34,12 @@ import numpy as np
 
 from envs._brax import Env, Wrapper, training
 from envs._checks import check_kind, check_nonnegative
-from envs.multi_objective import check_positive_int, check_weights, reward_names_of
+from envs.multi_objective import (
+    check_positive_int,
+    check_scale,
+    check_weights,
+    reward_names_of,
+)
 
 Policy = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 """``policy(preference (m,), observation (obs,), key) -> action (act,)``, jit-traceable."""
@@ -525,17 +530,7 @@ def scale_rewards(dataset: OfflineDataset, scale) -> OfflineDataset:
     rewards by ``v``.
     """
     dataset = validate_dataset(dataset)
-    m = dataset.rewards.shape[-1]
-    try:
-        values = np.asarray(scale, np.float64)
-    except (TypeError, ValueError):  # ragged, or not numbers
-        values = np.full(m + 1, np.nan)
-    values = np.broadcast_to(values, (m,)) if values.ndim == 0 else values
-    if values.shape != (m,) or not np.all(np.isfinite(values) & (values > 0)):
-        raise ValueError(
-            f"scale must be a number or {m} numbers (one per objective), finite and > 0; got "
-            f"{scale!r}"
-        )
+    values = check_scale(scale, dataset.rewards.shape[-1])
     total = reward_scale(dataset) * values
     rewards = (np.asarray(dataset.rewards, np.float64) / values).astype(np.float32)
     metadata = {**dataset.metadata, REWARD_SCALE: [float(x) for x in total]}

@@ -365,8 +365,10 @@ def test_wrappers_check_their_arguments():
         envs.AccumulatedReturnWrapper(task, 2.5)
     with pytest.raises(ValueError, match=r"scale=\[1.0, 0.0\] must be finite and > 0"):
         envs.AccumulatedReturnWrapper(task, 10, scale=[1.0, 0.0])
-    with pytest.raises(ValueError, match=r"scale must be a float or have shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"scale must be a number or 2 numbers .*shape \(3,\)"):
         envs.AccumulatedReturnWrapper(task, 10, scale=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match=r"scale must be a number or 2 numbers .*not an array"):
+        envs.AccumulatedReturnWrapper(task, 10, scale=[[1.0], [1.0, 2.0]])  # ragged: numpy's
 
 
 def test_augment_observations_checks_shapes():

@@ -233,12 +233,14 @@ def test_scale_rewards_records_the_unit_and_the_label_that_acts_for_given_weight
     np.testing.assert_allclose(twice.rewards, np.asarray(dataset.rewards) / [1.0, 4.0])
     loaded = envs.load(envs.save(twice, tmp_path / "scaled.npz"))
     np.testing.assert_array_equal(envs.reward_scale(loaded), [1.0, 4.0])
-    for scale in ([1.0, 0.0], [1.0, np.inf], [1.0, 2.0, 3.0], -1.0):
-        with pytest.raises(ValueError, match="scale must be a number or 2 numbers"):
+    for scale in ([1.0, 0.0], [1.0, np.inf], -1.0):
+        with pytest.raises(ValueError, match=r"scale=.* must be finite and > 0"):
             envs.scale_rewards(dataset, scale)
+    with pytest.raises(ValueError, match=r"scale must be a number or 2 numbers .*shape \(3,\)"):
+        envs.scale_rewards(dataset, [1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match=r"weights=\[0.0, 0.0\] must be finite, >= 0"):
         envs.behaviour_label(scaled, [0.0, 0.0])
-    with pytest.raises(ValueError, match="scale must be a number or 2 numbers"):
+    with pytest.raises(ValueError, match="scale must be a number or 2 numbers.*not an array"):
         envs.scale_rewards(dataset, [[1.0], [1.0, 2.0]])  # ragged
     for bad_scale in ([1.0, -2.0], [1.0], ["2", "8"], [True, 1.0], (1.0, 2.0)):
         bad = dataset._replace(metadata={**dataset.metadata, "reward_scale": bad_scale})
