@@ -541,25 +541,28 @@ def test_unknown_aggregator_options_are_refused(key):
         )  # fmt: skip
 
 
-def _last_number_on_four_virtual_devices(script: str) -> float:
+def _numbers_on_four_virtual_devices(script: str) -> list[float]:
     """Runs ``script`` in a fresh interpreter with four virtual CPU devices (and the test
-    suite's compiler flags, which this process's environment holds); the number it printed
-    last."""
+    suite's compiler flags, which this process's environment holds); the numbers it printed
+    on its last line."""
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
     env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
     out = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    return float(out.stdout.strip().splitlines()[-1])
+    return [float(word) for word in out.stdout.strip().splitlines()[-1].split()]
 
 
-def test_sync_workers_are_sharded_over_virtual_devices():
+def test_sync_workers_and_async_messages_are_sharded_over_virtual_devices():
+    """One child process with four virtual devices (one interpreter start, not two): the
+    synchronous workers are sharded and learn; the asynchronous wave of 4 messages (one per
+    device) gives the trace of one message at a time, and learns."""
     script = textwrap.dedent(
         """
-        import jax, numpy as np
+        import jax, numpy as np, pytest
         import jax.numpy as jnp
-        from jaxopt_suite.robust.simulator import Cluster, run_sync, worker_sharding
+        from jaxopt_suite.robust.simulator import Cluster, run_async, run_sync, worker_sharding
         assert len(jax.devices()) == 4 and worker_sharding(8) is not None
         rng = np.random.default_rng(0)
         x = rng.normal(size=(8, 64, 4)).astype(np.float32)
@@ -569,24 +572,6 @@ def test_sync_workers_are_sharded_over_virtual_devices():
         t = run_sync(loss, {"w": jnp.zeros(4)}, (x, y), cluster, aggregator="trimmed_mean",
                      attack="alie", rounds=200, record_every=100, key=jax.random.key(0),
                      learning_rate=0.1)
-        print(float(np.linalg.norm(np.asarray(t.params[-1]) - 1.0)))
-        """
-    )
-    assert _last_number_on_four_virtual_devices(script) < 0.2
-
-
-def test_async_messages_are_sharded_over_virtual_devices():
-    script = textwrap.dedent(
-        """
-        import jax, numpy as np, pytest
-        import jax.numpy as jnp
-        from jaxopt_suite.robust.simulator import Cluster, run_async
-        assert len(jax.devices()) == 4
-        rng = np.random.default_rng(0)
-        x = rng.normal(size=(8, 64, 4)).astype(np.float32)
-        y = (x @ np.ones(4, np.float32)).astype(np.float32)
-        loss = lambda p, b: 0.5 * jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
-        cluster = Cluster(num_workers=8, num_byzantine=2, stragglers=0, batch_size=8)
         kw = dict(protocol="far_sign", attack="sign_flip", events=2000, record_every=500,
                   key=jax.random.key(0), num_directions=2, alpha=0.05, beta=0.05)
         wide = run_async(loss, {"w": jnp.zeros(4)}, (x, y), cluster, **kw)  # width 4
@@ -595,10 +580,13 @@ def test_async_messages_are_sharded_over_virtual_devices():
         np.testing.assert_allclose(wide.params, one.params, rtol=1e-4, atol=1e-5)
         with pytest.raises(ValueError, match="multiple of the 4 devices"):
             run_async(loss, {"w": jnp.zeros(4)}, (x, y), cluster, parallel_events=6, **kw)
-        print(float(np.linalg.norm(np.asarray(wide.params[-1]) - 1.0)))
+        print(float(np.linalg.norm(np.asarray(t.params[-1]) - 1.0)),
+              float(np.linalg.norm(np.asarray(wide.params[-1]) - 1.0)))
         """
     )
-    assert _last_number_on_four_virtual_devices(script) < 0.2
+    sync_error, async_error = _numbers_on_four_virtual_devices(script)
+    assert sync_error < 0.2, "sync"
+    assert async_error < 0.2, "async"
 
 
 def test_low_precision_parameters_and_infinite_timings(key):
