@@ -26,7 +26,8 @@ method's other labels to its ``weights``.
         --out /tmp/morl_label_halfcheetah.json
 
 ``benchmarks/results/probes/morl_label_halfcheetah.json`` is that command with
-``--labels weights,mu``, at e2aeb41 (its ``environment``). Means over the three training keys:
+``--labels weights,mu`` (and another ``--out``; its ``command`` field), at e2aeb41 (its
+``environment``). Means over the three training keys:
 
 * risk-averse SER: OptiDICE 0.4398, BC(P) 0.4408, SER-DICE 0.4413, AETDICE 0.4422 at
   ``weights``; at ``mu`` SER-DICE 0.4451 and AETDICE 0.4443;
@@ -65,13 +66,12 @@ MULTIPLIER_LABELS = ("multipliers", "mu")  # SER-DICE and AETDICE under SER only
 def _label(kind: str, dataset, objective, policy) -> jax.Array:
     """The label of ``kind`` (module docstring) for ``policy`` trained on ``dataset`` for
     ``objective``."""
-    w = np.asarray(objective.utility.weights, np.float64)
     if kind == "weights":  # the label the library gave the policy, to the last bit
         if policy.label is None:
             raise ValueError("the policy carries no label: it is not behaviour-conditioned")
         return jnp.asarray(policy.label)
     if kind == "scaled":
-        label = envs.behaviour_label(dataset, w)
+        label = envs.behaviour_label(dataset, np.asarray(objective.utility.weights, np.float64))
     elif kind in MULTIPLIER_LABELS:  # the final multipliers, metrics["mu"]'s last row
         mu = np.maximum(np.asarray(policy.metrics["mu"][-1], np.float64), 0)
         if kind == "multipliers":
