@@ -284,12 +284,15 @@ def _key_words(key: jax.Array) -> list[int]:
     return np.asarray(key).ravel().tolist()
 
 
-def _check_resumable(saved: dict, current: dict, directory: Path) -> None:
-    """Raises a ``ValueError`` when the checkpoint's metadata ``saved`` was written by a
-    trainer whose carry or metrics have other shapes than ``current``'s: first naming the
-    differing :attr:`Trainer.settings` (and ``iterations``) that both trainers name, with
-    both values, else the differing leaves (a trainer that names no settings). A checkpoint
-    written before the settings were recorded is not checked (orbax fails on a mismatch)."""
+_RESUME_ADVICE = "resume with the same settings, or train in another directory"
+
+
+def _check_same_run(saved: dict, current: dict, directory: Path) -> None:
+    """Raises a ``ValueError`` when the checkpoint's metadata ``saved`` was written by a run
+    from another key, or by a trainer whose :attr:`Trainer.settings` (and ``iterations``)
+    differ from ``current``'s in a setting both name, naming each with both values. A
+    checkpoint written before the settings were recorded is not checked (orbax fails on a
+    mismatch)."""
     if "settings" not in saved:
         return
     if "key" in saved and saved["key"] != current["key"]:  # recorded since it was checked
@@ -298,22 +301,30 @@ def _check_resumable(saved: dict, current: dict, directory: Path) -> None:
             f"({saved['key']} there, {current['key']} here): resuming would continue that "
             "run, not this one; resume with the same key, or train in another directory"
         )
-    advice = "resume with the same settings, or train in another directory"
     old, new = saved["settings"], current["settings"]
-    # a setting one trainer names and the other does not is left to the layout below
+    # a setting one trainer names and the other does not is left to the layout check
     differing = [name for name in old if name in new and old[name] != new[name]]
     if differing:
         pairs = ", ".join(f"{name}={old[name]!r} there, {new[name]!r} here" for name in differing)
         raise ValueError(
             f"the checkpoint in {directory} was written by a trainer with other settings "
-            f"({pairs}): resuming would continue that run, not this one; {advice}"
+            f"({pairs}): resuming would continue that run, not this one; {_RESUME_ADVICE}"
         )
-    old, new = saved["layout"], current["layout"]  # written together with the settings
+
+
+def _check_layout(saved: dict, layout: dict, directory: Path) -> None:
+    """Raises a ``ValueError`` naming the leaves (up to three, with ``[shape, dtype]`` both
+    sides) where the checkpoint's carry and metrics differ from ``layout``'s (a trainer that
+    names no settings, or one whose settings do not fix every shape). Not checked for a
+    checkpoint written before the settings were recorded, as :func:`_check_same_run`."""
+    if "settings" not in saved:
+        return
+    old = saved["layout"]  # written together with the settings
     mismatches = [
-        f"{part}{path}: {old[part].get(path)} there, {new[part].get(path)} here"
-        for part in new
-        for path in {**old[part], **new[part]}
-        if old[part].get(path) != new[part].get(path)
+        f"{part}{path}: {old[part].get(path)} there, {layout[part].get(path)} here"
+        for part in layout
+        for path in {**old[part], **layout[part]}
+        if old[part].get(path) != layout[part].get(path)
     ]
     if mismatches:
         shown = "; ".join(mismatches[:3]) + (
@@ -321,7 +332,7 @@ def _check_resumable(saved: dict, current: dict, directory: Path) -> None:
         )
         raise ValueError(
             f"the checkpoint in {directory} holds a carry and metrics of other shapes than "
-            f"this trainer's ([shape, dtype] of {shown}); {advice}"
+            f"this trainer's ([shape, dtype] of {shown}); {_RESUME_ADVICE}"
         )
 
 
@@ -363,18 +374,11 @@ def train_with_checkpoints(
     shapes = {"observation_size": trainer.observation_size, "action_size": trainer.action_size}
     k_init, k_loop = jax.random.split(key)
     keys = jax.random.split(k_loop, trainer.iterations)
-    # the layouts from shapes alone: a refused directory costs no env reset or network init
-    carry_shape = jax.eval_shape(trainer.init, k_init)
-    metrics_shape = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct((trainer.iterations, *x.shape), x.dtype),
-        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry_shape, keys[0]),
-    )
     try:  # as JSON reads it back (tuples become lists), to compare with a checkpoint's
         recorded = json.loads(
             json.dumps(
                 {
                     "settings": {"iterations": trainer.iterations, **dict(trainer.settings)},
-                    "layout": {"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)},
                     "key": _key_words(key),
                 }
             )
@@ -387,15 +391,28 @@ def train_with_checkpoints(
         directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep)
     )
     latest = manager.latest_step()
-    if latest is not None:
-        meta = manager.restore(latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        saved = {name: meta.meta[name] for name in shapes}
+    meta = None
+    if latest is not None:  # sizes, key and settings first: refusing on them traces nothing
+        meta = manager.restore(latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        saved = {name: meta[name] for name in shapes}
         if saved != shapes:
             raise ValueError(
                 f"the checkpoint in {directory} was written for {saved}, but this trainer has "
                 f"{shapes}: the observation or action sizes do not match"
             )
-        _check_resumable(meta.meta, recorded, directory)
+        _check_same_run(meta, recorded, directory)
+    # the layouts from shapes alone (one trace of a step): a refused directory costs no env
+    # reset or network init
+    carry_shape = jax.eval_shape(trainer.init, k_init)
+    metrics_shape = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((trainer.iterations, *x.shape), x.dtype),
+        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry_shape, keys[0]),
+    )
+    recorded["layout"] = json.loads(  # as JSON reads it back, as above
+        json.dumps({"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)})
+    )
+    if meta is not None:
+        _check_layout(meta, recorded["layout"], directory)
     carry = trainer.init(k_init)  # after the checks: the target of a restore, or the start
     metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics_shape)
     done = 0
@@ -407,6 +424,10 @@ def train_with_checkpoints(
             ),
         ).state
         carry, metrics, done = state["carry"], state["metrics"], latest
+    # restored arrays are committed to their device and fresh ones are not, which made the
+    # chunk compile again for a resume: both committed to it, one compile
+    (device,) = jax.tree.leaves(carry)[0].devices()
+    carry = jax.device_put(carry, device)
 
     try:
         while done < trainer.iterations:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import envs
-from jaxopt_suite.rl import ascpo
+from jaxopt_suite.rl import ascpo, training
 from jaxopt_suite.rl.constrained import TrustRegionConfig, make_train, make_trainer
 from jaxopt_suite.rl.ppo_lagrangian import PPOLagrangianConfig
 from jaxopt_suite.rl.ppo_lagrangian import make_train as make_ppo_train
@@ -109,24 +109,42 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
     class Stop(Exception):
         pass
 
-    def interrupt(iteration, metrics):
-        if int(iteration) == 4:
-            raise Stop
+    class Interrupt:
+        """Stops the run after its fourth iteration while armed. The resume passes the same
+        (disarmed) object: the chunk is compiled once per (trainer, progress)."""
 
+        armed = True
+
+        def __call__(self, iteration, metrics):
+            if self.armed and int(iteration) == 4:
+                raise Stop
+
+    interrupt = Interrupt()
+    compiled = training._chunk._cache_size()
     with pytest.raises(Exception):  # noqa: B017  (jax wraps the callback's exception)
         train_with_checkpoints(trainer, key, tmp_path, every=3, progress=interrupt)
     saved = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
     assert saved == [3]
-    resumed = train_with_checkpoints(trainer, key, tmp_path, every=3)
+    interrupt.armed = False
+    resumed = train_with_checkpoints(trainer, key, tmp_path, every=3, progress=interrupt)
+    # the restored carry went into the chunk the interrupted run had compiled
+    assert training._chunk._cache_size() == compiled + 1
     for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(reference), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    # a run from another key refuses the directory (it returned the first key's run)
+
+    def untraceable(carry, key):
+        raise AssertionError("the step was traced")
+
+    # a run from another key refuses the directory (it returned the first key's run), and
+    # does so before tracing a step, as every refusal by settings below
     with pytest.raises(ValueError, match=r"written by a run from another key \(\[0, 1\] there"):
-        train_with_checkpoints(trainer, jax.random.key(2), tmp_path, every=3)
+        train_with_checkpoints(trainer._replace(step=untraceable), jax.random.key(2), tmp_path,
+                               every=3)  # fmt: skip
     # a trainer with another observation size refuses the directory
     wider = envs.MaxCostWrapper(envs.make("point_goal_hazards"))
     with pytest.raises(ValueError, match="observation or action sizes do not match"):
-        train_with_checkpoints(make_trainer(config, wider), key, tmp_path, every=3)
+        train_with_checkpoints(make_trainer(config, wider)._replace(step=untraceable), key,
+                               tmp_path, every=3)  # fmt: skip
     # so does one whose carry or metrics have other shapes, naming the setting and both values
     # (before orbax restores anything)
     for change, message in [
@@ -135,6 +153,7 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
         ({"hidden": (8,)}, r"hidden=\[64, 64\] there, \[8\] here"),
     ]:
         other = make_trainer(dataclasses.replace(config, **change), env)
+        other = other._replace(step=untraceable)
         with pytest.raises(
             ValueError, match=r"written by a trainer with other settings \(" + message
         ):
@@ -147,6 +166,7 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
         ({"k": 1.0, "max_kl": 0.5}, r"max_kl=0.05 there, 0.5 here, k=7.0 there, 1.0 here"),
     ]:
         other = make_trainer(dataclasses.replace(config, **change), env)
+        other = other._replace(step=untraceable)
         with pytest.raises(
             ValueError, match=r"other settings \(" + message + r".*continue that run, not this one"
         ):
