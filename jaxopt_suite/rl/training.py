@@ -390,44 +390,51 @@ def train_with_checkpoints(
     manager = ocp.CheckpointManager(
         directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep)
     )
-    latest = manager.latest_step()
-    meta = None
-    if latest is not None:  # sizes, key and settings first: refusing on them traces nothing
-        meta = manager.restore(latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-        saved = {name: meta[name] for name in shapes}
-        if saved != shapes:
-            raise ValueError(
-                f"the checkpoint in {directory} was written for {saved}, but this trainer has "
-                f"{shapes}: the observation or action sizes do not match"
-            )
-        _check_same_run(meta, recorded, directory)
-    # the layouts from shapes alone (one trace of a step): a refused directory costs no env
-    # reset or network init
-    carry_shape = jax.eval_shape(trainer.init, k_init)
-    metrics_shape = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct((trainer.iterations, *x.shape), x.dtype),
-        jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry_shape, keys[0]),
-    )
-    recorded["layout"] = json.loads(  # as JSON reads it back, as above
-        json.dumps({"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)})
-    )
-    if meta is not None:
-        _check_layout(meta, recorded["layout"], directory)
-    carry = trainer.init(k_init)  # after the checks: the target of a restore, or the start
-    metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics_shape)
-    done = 0
-    if latest is not None:
-        state = manager.restore(
-            latest,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore({"carry": carry, "metrics": metrics})
-            ),
-        ).state
-        carry, metrics, done = state["carry"], state["metrics"], latest
-    # restored arrays are committed to their device and fresh ones are not, which made the
-    # chunk compile again for a resume: both committed to it, one compile
-    (device,) = jax.tree.leaves(carry)[0].devices()
-    carry = jax.device_put(carry, device)
+    try:  # a refusal, or a trainer that fails to trace, leaves no manager open
+        latest = manager.latest_step()
+        meta = None
+        if latest is not None:  # sizes, key and settings first: refusing on them traces nothing
+            meta = manager.restore(
+                latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+            ).meta
+            saved = {name: meta[name] for name in shapes}
+            if saved != shapes:
+                raise ValueError(
+                    f"the checkpoint in {directory} was written for {saved}, but this trainer has "
+                    f"{shapes}: the observation or action sizes do not match"
+                )
+            _check_same_run(meta, recorded, directory)
+        # the layouts from shapes alone (one trace of a step): a refused directory costs no env
+        # reset or network init
+        carry_shape = jax.eval_shape(trainer.init, k_init)
+        metrics_shape = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct((trainer.iterations, *x.shape), x.dtype),
+            jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry_shape, keys[0]),
+        )
+        recorded["layout"] = json.loads(  # as JSON reads it back, as above
+            json.dumps({"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)})
+        )
+        if meta is not None:
+            _check_layout(meta, recorded["layout"], directory)
+        carry = trainer.init(k_init)  # after the checks: the target of a restore, or the start
+        metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), metrics_shape)
+        done = 0
+        if latest is not None:
+            state = manager.restore(
+                latest,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore({"carry": carry, "metrics": metrics})
+                ),
+            ).state
+            carry, metrics, done = state["carry"], state["metrics"], latest
+        # restored arrays are committed to their device and fresh ones are not, which made the
+        # chunk compile again for a resume: both committed to it, one compile
+        devices = jax.tree.leaves(carry)[0].devices()
+        if len(devices) == 1:
+            carry = jax.device_put(carry, next(iter(devices)))
+    except BaseException:
+        manager.close()
+        raise
 
     try:
         while done < trainer.iterations:

@@ -99,7 +99,7 @@ def test_evaluation_with_the_deterministic_policy(env, ascpo_run):
     assert float(sampled["episode_return"]) != returns[0]
 
 
-def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
+def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path, monkeypatch):
     config = dataclasses.replace(CONFIG, iterations=6, num_envs=4, unroll_length=50,
                                  episode_length=50, critic_steps=5)  # fmt: skip
     trainer = make_trainer(config, env)
@@ -134,6 +134,12 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
 
     def untraceable(carry, key):
         raise AssertionError("the step was traced")
+
+    import orbax.checkpoint as ocp
+
+    closed = []  # each refused call below closes its checkpoint manager
+    close = ocp.CheckpointManager.close
+    monkeypatch.setattr(ocp.CheckpointManager, "close", lambda self: closed.append(close(self)))
 
     # a run from another key refuses the directory (it returned the first key's run), and
     # does so before tracing a step, as every refusal by settings below
@@ -177,6 +183,7 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path):
         ValueError, match=r"other shapes than this trainer's \(\[shape, dtype\] of carry\.env_state"
     ):
         train_with_checkpoints(anonymous, key, tmp_path, every=3)
+    assert len(closed) == 9
     saved = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
     assert saved == [3, 6]  # nothing was written by the refused calls
 
