@@ -6,6 +6,7 @@ import dataclasses
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 import envs
@@ -110,8 +111,9 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path, monkeypat
         pass
 
     class Interrupt:
-        """Stops the run after its fourth iteration while armed. The resume passes the same
-        (disarmed) object: the chunk is compiled once per (trainer, progress)."""
+        """While armed, stops the run at iteration 4, inside its second chunk (iterations 3
+        to 5). The resume passes the same (disarmed) object: the chunk is compiled once per
+        (trainer, progress)."""
 
         armed = True
 
@@ -134,8 +136,6 @@ def test_checkpoints_resume_to_the_uninterrupted_result(env, tmp_path, monkeypat
 
     def untraceable(carry, key):
         raise AssertionError("the step was traced")
-
-    import orbax.checkpoint as ocp
 
     closed = []  # each refused call below closes its checkpoint manager
     close = ocp.CheckpointManager.close
