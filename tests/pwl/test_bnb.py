@@ -687,7 +687,7 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
         evaluations=4,
         lp=LPOptions(tolerance=1e-30, max_iterations=10**9),
     )
-    solve_pwl(model, options)  # compiles
+    _compile(model, options)
     pending, status = [], LPBatch.status
     monkeypatch.setattr(bnb, "batch_advance", slow_advance)
     monkeypatch.setattr(LPBatch, "status", property(slow_status))
@@ -707,6 +707,31 @@ def test_rounds_near_the_time_limit_fit_in_it_and_none_starts_after_it(monkeypat
     assert all(start < deadline for start in starts)
 
 
+def _compile(model, options, tries: int = 5) -> None:
+    """Solves ``model`` until a solve compiles no new program, so that a timed solve after
+    it runs compiled programs only. One solve was not enough on a slow host: a solve whose
+    first round compiles past its time limit stops before the programs of later rounds (a
+    new batch width, the refill with lent iterates), and the timed solve compiled them."""
+    from jax._src.dispatch import BACKEND_COMPILE_EVENT
+
+    compiles = []
+
+    def count(event, duration, **kwargs):
+        if event == BACKEND_COMPILE_EVENT:
+            compiles.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        for _ in range(tries):
+            compiles.clear()
+            solve_pwl(model, options)
+            if not compiles:
+                return
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    raise AssertionError(f"solve_pwl still compiled after {tries} solves: {len(compiles)}")
+
+
 def _stalled_search(monkeypatch, model, stall: str):
     """Solves ``model`` (1 s limit, batch 4; compiled first) with one step sleeping past
     the solver's deadline, ``stall``: ``"process"`` the first job processed, ``"refill"``
@@ -716,7 +741,7 @@ def _stalled_search(monkeypatch, model, stall: str):
     from jaxopt_suite.pwl.bnb import _Solver
 
     options = PWLOptions(time_limit=1.0, batch_size=4)
-    solve_pwl(model, options)  # compiles
+    _compile(model, options)
     advance, refill, process = bnb.batch_advance, bnb.batch_refill, _Solver._process
     starts, refills, deadlines, stalls = [], [], [], []
 
