@@ -290,11 +290,7 @@ _RESUME_ADVICE = "resume with the same settings, or train in another directory"
 def _check_same_run(saved: dict, current: dict, directory: Path) -> None:
     """Raises a ``ValueError`` when the checkpoint's metadata ``saved`` was written by a run
     from another key, or by a trainer whose :attr:`Trainer.settings` (and ``iterations``)
-    differ from ``current``'s in a setting both name, naming each with both values. A
-    checkpoint written before the settings were recorded is not checked (orbax fails on a
-    mismatch)."""
-    if "settings" not in saved:
-        return
+    differ from ``current``'s in a setting both name, naming each with both values."""
     if "key" in saved and saved["key"] != current["key"]:  # recorded since it was checked
         raise ValueError(
             f"the checkpoint in {directory} was written by a run from another key "
@@ -315,10 +311,7 @@ def _check_same_run(saved: dict, current: dict, directory: Path) -> None:
 def _check_layout(saved: dict, layout: dict, directory: Path) -> None:
     """Raises a ``ValueError`` naming the leaves (up to three, with ``[shape, dtype]`` both
     sides) where the checkpoint's carry and metrics differ from ``layout``'s (a trainer that
-    names no settings, or one whose settings do not fix every shape). Not checked for a
-    checkpoint written before the settings were recorded, as :func:`_check_same_run`."""
-    if "settings" not in saved:
-        return
+    names no settings, or one whose settings do not fix every shape)."""
     old = saved["layout"]  # written together with the settings
     mismatches = [
         f"{part}{path}: {old[part].get(path)} there, {layout[part].get(path)} here"
@@ -390,9 +383,9 @@ def train_with_checkpoints(
     manager = ocp.CheckpointManager(
         directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep)
     )
-    try:  # a refusal, or a trainer that fails to trace, leaves no manager open
+    try:  # the manager is closed however this ends: a refusal, a failed trace, a failed chunk
         latest = manager.latest_step()
-        meta = None
+        meta = None  # the checkpoint's metadata, when it is to be checked
         if latest is not None:  # sizes, key and settings first: refusing on them traces nothing
             meta = manager.restore(
                 latest, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
@@ -403,7 +396,12 @@ def train_with_checkpoints(
                     f"the checkpoint in {directory} was written for {saved}, but this trainer has "
                     f"{shapes}: the observation or action sizes do not match"
                 )
-            _check_same_run(meta, recorded, directory)
+            # a checkpoint written before the settings were recorded is not checked (orbax
+            # fails on a mismatch)
+            if "settings" not in meta:
+                meta = None
+            else:
+                _check_same_run(meta, recorded, directory)
         # the layouts from shapes alone (one trace of a step): a refused directory costs no env
         # reset or network init
         carry_shape = jax.eval_shape(trainer.init, k_init)
@@ -411,9 +409,8 @@ def train_with_checkpoints(
             lambda x: jax.ShapeDtypeStruct((trainer.iterations, *x.shape), x.dtype),
             jax.eval_shape(lambda c, k: trainer.step(c, k)[1], carry_shape, keys[0]),
         )
-        recorded["layout"] = json.loads(  # as JSON reads it back, as above
-            json.dumps({"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)})
-        )
+        # lists of ints and strings, as JSON reads them back
+        recorded["layout"] = {"carry": _layout(carry_shape), "metrics": _layout(metrics_shape)}
         if meta is not None:
             _check_layout(meta, recorded["layout"], directory)
         carry = trainer.init(k_init)  # after the checks: the target of a restore, or the start
@@ -432,11 +429,6 @@ def train_with_checkpoints(
         devices = jax.tree.leaves(carry)[0].devices()
         if len(devices) == 1:
             carry = jax.device_put(carry, next(iter(devices)))
-    except BaseException:
-        manager.close()
-        raise
-
-    try:
         while done < trainer.iterations:
             stop = min(done + every, trainer.iterations)
             carry, part = _chunk(trainer, carry, keys[done:stop], done, progress)
