@@ -14,14 +14,25 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-// Columns [b0, b0 + N * L) of Y for every row, where L values of T fill 64 bytes (one
-// cache line, one AVX-512 register): the N running sums of a row stay in vector registers
-// across the row's entries, and each entry adds value * (N lines of X's row).
+// The widest vector register the build targets (-march=native). A GCC vector wider than
+// the target's registers is split into several, and on an AVX2 host (32-byte registers) the
+// kernels ran several times slower with 64-byte vectors than with 32-byte ones.
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64;
+#elif defined(__AVX__)
+constexpr int kVectorBytes = 32;
+#else
+constexpr int kVectorBytes = 16;
+#endif
+
+// Columns [b0, b0 + N * L) of Y for every row, where L values of T fill one vector register
+// (a "line" of kVectorBytes): the N running sums of a row stay in vector registers across
+// the row's entries, and each entry adds value * (N lines of X's row).
 template <typename T, int N>
 void CsrLines(const int32_t* indptr, const int32_t* indices, const T* data, const T* x, T* y,
               int64_t rows, int64_t batch, int64_t b0) {
-  constexpr int L = 64 / sizeof(T);
-  typedef T Line __attribute__((vector_size(64)));
+  constexpr int L = kVectorBytes / sizeof(T);
+  typedef T Line __attribute__((vector_size(kVectorBytes)));
   for (int64_t i = 0; i < rows; ++i) {
     Line acc[N];
     for (int v = 0; v < N; ++v) acc[v] = Line{};
@@ -70,7 +81,7 @@ void CsrTail(int width, const int32_t* indptr, const int32_t* indices, const T* 
 template <typename T>
 void CsrPanel(const int32_t* indptr, const int32_t* indices, const T* data, const T* x,
               T* y, int64_t rows, int64_t batch) {
-  constexpr int64_t L = 64 / sizeof(T);
+  constexpr int64_t L = kVectorBytes / sizeof(T);
   int64_t b0 = 0;
   for (; b0 + 8 * L <= batch; b0 += 8 * L) {
     CsrLines<T, 8>(indptr, indices, data, x, y, rows, batch, b0);

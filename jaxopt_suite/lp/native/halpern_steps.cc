@@ -32,6 +32,17 @@ namespace ffi = xla::ffi;
 
 namespace {
 
+// The widest vector register the build targets (-march=native). A GCC vector wider than
+// the target's registers is split into several, and on an AVX2 host (32-byte registers) the
+// kernels ran several times slower with 64-byte vectors than with 32-byte ones.
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64;
+#elif defined(__AVX__)
+constexpr int kVectorBytes = 32;
+#else
+constexpr int kVectorBytes = 16;
+#endif
+
 // W columns of T at once: a GCC vector of W lanes (W a power of two; W = 1 is a scalar).
 template <typename T, int W>
 struct Lanes {
@@ -187,20 +198,26 @@ void Single(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_t
   }
 }
 
-// Cuts the columns into groups of 8, 4, 2 and 1 vector registers of 64 bytes, then powers
-// of two below one register (each group streams the matrix once per pass: wide groups for
+// Cuts the columns into groups of 8, 4, 2 and 1 vector registers (kVectorBytes), then
+// powers of two below one register (each group streams the matrix once per pass: wide groups for
 // large matrices).
 template <typename T, typename... Args>
 void AllColumns(int64_t batch, Args... args) {
-  constexpr int L = 64 / sizeof(T);
+  constexpr int L = kVectorBytes / sizeof(T);
   int64_t b0 = 0;
   for (; b0 + 8 * L <= batch; b0 += 8 * L) Columns<T, L, 8>(args..., b0);
   if (b0 + 4 * L <= batch) Columns<T, L, 4>(args..., b0), b0 += 4 * L;
   if (b0 + 2 * L <= batch) Columns<T, L, 2>(args..., b0), b0 += 2 * L;
   if (b0 + L <= batch) Columns<T, L, 1>(args..., b0), b0 += L;
-  if (b0 + L / 2 <= batch) Columns<T, L / 2, 1>(args..., b0), b0 += L / 2;
-  if (b0 + L / 4 <= batch) Columns<T, L / 4, 1>(args..., b0), b0 += L / 4;
-  if (b0 + L / 8 <= batch) Columns<T, L / 8, 1>(args..., b0), b0 += L / 8;
+  if constexpr (L >= 2) {
+    if (b0 + L / 2 <= batch) Columns<T, L / 2, 1>(args..., b0), b0 += L / 2;
+  }
+  if constexpr (L >= 4) {
+    if (b0 + L / 4 <= batch) Columns<T, L / 4, 1>(args..., b0), b0 += L / 4;
+  }
+  if constexpr (L >= 8) {
+    if (b0 + L / 8 <= batch) Columns<T, L / 8, 1>(args..., b0), b0 += L / 8;
+  }
   if constexpr (L >= 16) {
     if (b0 + L / 16 <= batch) Columns<T, L / 16, 1>(args..., b0), b0 += L / 16;
   }
