@@ -94,7 +94,7 @@ def test_cpu_check_run(tmp_path, monkeypatch):
     ours = row["ours"]
     assert ours["status"] in {"OPTIMAL", "TIME_LIMIT"} and row["warmup_seconds"] > 0
     # a solve that hit its limit ran to it; how far past it (its last round, and what the
-    # warm-up did not compile) is the host's speed: 7.6 s for the 2 s limit on a loaded one
+    # warm-up did not compile) follows the host's speed and load, not checked here
     assert ours["seconds"] >= (result["time_limit"] if ours["status"] == "TIME_LIMIT" else 0.0)
     assert ours["nodes_per_second"] == pytest.approx(ours["nodes"] / ours["seconds"])
     assert row["highs"]["status"] in {"optimal", "time_limit"}

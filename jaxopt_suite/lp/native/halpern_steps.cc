@@ -199,8 +199,8 @@ void Single(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_t
 }
 
 // Cuts the columns into groups of 8, 4, 2 and 1 vector registers (kVectorBytes), then
-// powers of two below one register (each group streams the matrix once per pass: wide groups for
-// large matrices).
+// powers of two below one register (each group streams the matrix once per pass: wide
+// groups for large matrices).
 template <typename T, typename... Args>
 void AllColumns(int64_t batch, Args... args) {
   constexpr int L = kVectorBytes / sizeof(T);
