@@ -32,10 +32,9 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from envs import wrap_for_training
 from jaxopt_suite._checks import check_flag, check_settings, python_numbers
 from jaxopt_suite.rl import ascpo
-from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_kl, gaussian_log_prob
+from jaxopt_suite.rl.networks import gaussian_kl, gaussian_log_prob
 from jaxopt_suite.rl.rollout import (
     EpisodeStats,
     Prepared,
@@ -46,12 +45,12 @@ from jaxopt_suite.rl.training import (
     Params,
     Trainer,
     TrainResult,
-    check_env,
     collect,
     config_settings,
     constraint_value,
     init_params,
     iteration_metrics,
+    networks,
     next_obs_stats,
     no_episodes,
     train_function,
@@ -158,12 +157,9 @@ def make_train(
 def make_trainer(config: TrustRegionConfig, env) -> Trainer:
     """The algorithm's :class:`.training.Trainer` on ``env`` (see the module docstring)."""
     config = config.checked()
-    check_env(env)
-    train_env = wrap_for_training(env, episode_length=config.episode_length)
+    modules = networks(config, env)
+    policy, reward_critic, cost_critic = modules.policy, modules.reward_critic, modules.cost_critic
     obs_size, action_size = env.observation_size, env.action_size
-    policy = GaussianPolicy(action_size, config.hidden)
-    reward_critic = ValueNetwork(config.hidden)
-    cost_critic = ValueNetwork(config.hidden, nonnegative=True)
     critic_optimizer = optax.adam(config.critic_learning_rate)
     on_max_mdp = config.algorithm != "cpo"
     cost_discount = 1.0 if on_max_mdp else config.cost_discount
@@ -242,8 +238,8 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
         params = carry.params
         key, k_reward, k_cost = jax.random.split(key, 3)
         env_state, batch, stats, last, data = collect(
-            train_env, policy, reward_critic, cost_critic, params, carry.env_state, carry.last,
-            key, config, on_max_mdp=on_max_mdp, cost_discount=cost_discount,
+            modules, params, carry.env_state, carry.last, key, config, on_max_mdp=on_max_mdp,
+            cost_discount=cost_discount,
         )  # fmt: skip
         c = constraint_value(CONSTRAINTS[config.algorithm], last, config.cost_limit, config.k)
         new_policy, info = policy_step(params, batch, data, c)
@@ -265,8 +261,8 @@ def make_trainer(config: TrustRegionConfig, env) -> Trainer:
 
     def init(key: jax.Array) -> _Carry:
         k_env, *k_params = jax.random.split(key, 4)
-        env_state = train_env.reset(jax.random.split(k_env, config.num_envs))
-        params = init_params(k_params, policy, reward_critic, cost_critic, obs_size)
+        env_state = modules.train_env.reset(jax.random.split(k_env, config.num_envs))
+        params = init_params(k_params, modules, obs_size)
         return _Carry(
             params,
             critic_optimizer.init(params.reward_critic),

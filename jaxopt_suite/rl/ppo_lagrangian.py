@@ -35,21 +35,20 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from envs import wrap_for_training
 from jaxopt_suite._checks import check_flag, check_settings, python_numbers
 from jaxopt_suite.rl import ascpo
-from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork, gaussian_log_prob
+from jaxopt_suite.rl.networks import gaussian_log_prob
 from jaxopt_suite.rl.rollout import EpisodeStats, weight_total
 from jaxopt_suite.rl.training import (
     Params,
     Trainer,
     TrainResult,
-    check_env,
     collect,
     config_settings,
     constraint_value,
     init_params,
     iteration_metrics,
+    networks,
     next_obs_stats,
     no_episodes,
     train_function,
@@ -143,12 +142,9 @@ def make_train(
 def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
     """The algorithm's :class:`.training.Trainer` on ``env`` (see the module docstring)."""
     config = config.checked()
-    check_env(env)
-    train_env = wrap_for_training(env, episode_length=config.episode_length)
+    modules = networks(config, env)
+    policy, reward_critic, cost_critic = modules.policy, modules.reward_critic, modules.cost_critic
     obs_size, action_size = env.observation_size, env.action_size
-    policy = GaussianPolicy(action_size, config.hidden)
-    reward_critic = ValueNetwork(config.hidden)
-    cost_critic = ValueNetwork(config.hidden, nonnegative=True)
     optimizer = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(config.learning_rate))
     on_max_mdp = config.variant == "ppo_ascpo"
     cost_discount = 1.0 if on_max_mdp else config.cost_discount
@@ -196,8 +192,8 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
         params = carry.params
         k_roll, k_perm = jax.random.split(key)
         env_state, batch, stats, last, data = collect(
-            train_env, policy, reward_critic, cost_critic, params, carry.env_state, carry.last,
-            k_roll, config, on_max_mdp=on_max_mdp, cost_discount=cost_discount,
+            modules, params, carry.env_state, carry.last, k_roll, config, on_max_mdp=on_max_mdp,
+            cost_discount=cost_discount,
         )  # fmt: skip
         excess = constraint_value(
             "bound" if on_max_mdp else "cost", last, config.cost_limit, config.k
@@ -251,8 +247,8 @@ def make_trainer(config: PPOLagrangianConfig, env) -> Trainer:
 
     def init(key: jax.Array) -> _Carry:
         k_env, *k_params = jax.random.split(key, 4)
-        env_state = train_env.reset(jax.random.split(k_env, config.num_envs))
-        params = init_params(k_params, policy, reward_critic, cost_critic, obs_size)
+        env_state = modules.train_env.reset(jax.random.split(k_env, config.num_envs))
+        params = init_params(k_params, modules, obs_size)
         nets = (params.policy, params.reward_critic, params.cost_critic)
         lagrange = jnp.float32(config.lagrange_init)
         return _Carry(

@@ -22,7 +22,7 @@ import numpy as np
 
 from jaxopt_suite._checks import check_flag, check_integer, check_key, check_widths
 from jaxopt_suite.rl import ascpo
-from jaxopt_suite.rl.networks import GaussianPolicy
+from jaxopt_suite.rl.networks import GaussianPolicy, ValueNetwork
 from jaxopt_suite.rl.normalization import RunningStats, init_stats, update_stats
 from jaxopt_suite.rl.rollout import (
     EpisodeStats,
@@ -66,15 +66,39 @@ class Trainer(NamedTuple):
     settings: tuple[tuple[str, Any], ...] = ()
 
 
-def init_params(keys, policy, reward_critic, cost_critic, obs_size: int) -> Params:
+class Networks(NamedTuple):
+    """What every algorithm here builds from its config and env (:func:`networks`)."""
+
+    train_env: Any  # the env wrapped for training: episode limit, auto-reset
+    policy: GaussianPolicy
+    reward_critic: ValueNetwork
+    cost_critic: ValueNetwork  # nonnegative, as the costs are
+
+
+def networks(config, env) -> Networks:
+    """``env`` checked (:func:`check_env`) and wrapped for training at
+    ``config.episode_length``, and the Gaussian policy and the two critics at
+    ``config.hidden``."""
+    from envs import wrap_for_training
+
+    check_env(env)
+    return Networks(
+        wrap_for_training(env, episode_length=config.episode_length),
+        GaussianPolicy(env.action_size, config.hidden),
+        ValueNetwork(config.hidden),
+        ValueNetwork(config.hidden, nonnegative=True),
+    )
+
+
+def init_params(keys, nets: Networks, obs_size: int) -> Params:
     """Fresh networks (``keys``: the policy's, the reward critic's, the cost critic's) and
     empty observation statistics."""
     k_policy, k_reward, k_cost = keys
     dummy = jnp.zeros((1, obs_size))
     return Params(
-        policy.init(k_policy, dummy),
-        reward_critic.init(k_reward, dummy),
-        cost_critic.init(k_cost, dummy),
+        nets.policy.init(k_policy, dummy),
+        nets.reward_critic.init(k_reward, dummy),
+        nets.cost_critic.init(k_cost, dummy),
         init_stats(obs_size),
     )
 
@@ -98,20 +122,20 @@ class Collected(NamedTuple):
 
 
 def collect(
-    train_env, policy, reward_critic, cost_critic, params: Params, env_state,
-    last: EpisodeStats, key, config, *, on_max_mdp: bool, cost_discount: float,
+    nets: Networks, params: Params, env_state, last: EpisodeStats, key, config, *,
+    on_max_mdp: bool, cost_discount: float,
 ) -> Collected:  # fmt: skip
     """The rollout and advantage estimation every algorithm here starts its iteration
     with (``config`` supplies the limit, unroll length, discounts and GAE lambdas)."""
     env_state, batch = rollout(
-        train_env, policy.apply, params.policy, params.obs_stats, env_state, key,
+        nets.train_env, nets.policy.apply, params.policy, params.obs_stats, env_state, key,
         config.unroll_length,
     )  # fmt: skip
     stats = episode_stats(batch, config.cost_limit)
     data = prepare(
         batch, env_state.obs, params.obs_stats,
-        lambda o: reward_critic.apply(params.reward_critic, o),
-        lambda o: cost_critic.apply(params.cost_critic, o),
+        lambda o: nets.reward_critic.apply(params.reward_critic, o),
+        lambda o: nets.cost_critic.apply(params.cost_critic, o),
         on_max_mdp=on_max_mdp, discount=config.discount, gae_lambda=config.gae_lambda,
         cost_discount=cost_discount, cost_gae_lambda=config.cost_gae_lambda,
     )  # fmt: skip
