@@ -26,6 +26,9 @@ from benchmarks.jsonio import dumps
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+# where `bench --quick` writes unless given --out (`make demo`): not over the committed
+# full-size results, which `jaxopt-suite report` reads (ignored by git)
+QUICK_RESULTS_DIR = DEFAULT_RESULTS_DIR / "quick"
 
 Comparison = Literal[">=", "<=", ">", "<"]
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
@@ -80,7 +83,7 @@ class SummaryRow:
 
 @dataclasses.dataclass
 class SuiteResult:
-    """Everything a suite writes to ``benchmarks/results/<suite>.json``."""
+    """Everything a suite writes to ``<suite>.json`` in its results folder (write_result)."""
 
     suite: str
     quick: bool

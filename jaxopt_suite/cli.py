@@ -3,6 +3,8 @@
 ``jaxopt-suite bench [SUITE ...] [--quick] [--out DIR]`` runs benchmark suites (all of them
 when none is named), shows progress, writes ``DIR/<suite>.json`` plus a PNG plot per suite,
 and prints each method next to its anchor measured in the same run, with the targets.
+``DIR`` is ``benchmarks/results`` by default, and ``benchmarks/results/quick`` for
+``--quick`` runs, so a quick run never replaces a full-size result.
 
 ``jaxopt-suite report [--results DIR] [--readme FILE]`` rewrites the README's benchmark
 section from the JSON files.
@@ -113,7 +115,13 @@ def _check_writable(parser, directory: Path) -> None:
 
 def _bench(args, parser) -> int:
     benchmarks = _benchmarks()
-    from benchmarks.harness import DEFAULT_RESULTS_DIR, Progress, git_sha, write_result
+    from benchmarks.harness import (
+        DEFAULT_RESULTS_DIR,
+        QUICK_RESULTS_DIR,
+        Progress,
+        git_sha,
+        write_result,
+    )
 
     names = args.suites or sorted(benchmarks.SUITES)
     unknown = [name for name in names if name not in benchmarks.SUITES]
@@ -125,7 +133,8 @@ def _bench(args, parser) -> int:
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:  # each run is long: one result per suite
         parser.error(f"suite(s) named more than once: {', '.join(repeated)}")
-    out_dir = _path(parser, "--out", args.out, DEFAULT_RESULTS_DIR)
+    default = QUICK_RESULTS_DIR if args.quick else DEFAULT_RESULTS_DIR
+    out_dir = _path(parser, "--out", args.out, default)
     _check_writable(parser, out_dir)  # before the suites run, not after an hour of them
     results = []
     # The commit measured is the one checked out when the run starts, whatever happens to
@@ -163,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     bench = commands.add_parser("bench", help="run benchmark suites and write JSON + plots")
     bench.add_argument("suites", nargs="*", metavar="SUITE", help="suites to run (default: all)")
     bench.add_argument("--quick", action="store_true", help="smaller sizes (make demo)")
-    bench.add_argument("--out", metavar="DIR", help="output directory (benchmarks/results)")
+    bench.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output directory (benchmarks/results; benchmarks/results/quick with --quick)",
+    )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     report = commands.add_parser("report", help="rewrite the README benchmark tables")
     report.add_argument("--results", metavar="DIR", help="JSON directory (benchmarks/results)")

@@ -103,6 +103,27 @@ def test_bench_writes_json_with_targets_and_environment(tmp_path, monkeypatch, c
     assert "method vs anchor" in out and "not evaluated" in out
 
 
+def test_quick_runs_leave_the_full_size_results_alone(tmp_path, monkeypatch):
+    # `make demo` (bench --quick, no --out) wrote its quick results over the committed
+    # full-size ones in benchmarks/results, which `jaxopt-suite report` then put in the README
+    import benchmarks.harness as harness
+
+    full, quick = tmp_path / "results", tmp_path / "results" / "quick"
+    monkeypatch.setattr(harness, "DEFAULT_RESULTS_DIR", full)
+    monkeypatch.setattr(harness, "QUICK_RESULTS_DIR", quick)
+    seen = []
+    monkeypatch.setitem(benchmarks.SUITES, "tiny", "tests.tiny_suite")
+    monkeypatch.setitem(sys.modules, "tests.tiny_suite", _tiny_suite(seen))
+    assert cli.main(["bench", "tiny", "--quick", "--no-progress"]) == 0
+    assert seen == [quick] and json.loads((quick / "tiny.json").read_text())["quick"] is True
+    assert not (full / "tiny.json").exists()
+    assert cli.main(["bench", "tiny", "--no-progress"]) == 0
+    assert seen == [quick, full] and json.loads((full / "tiny.json").read_text())["quick"] is False
+    # an explicit --out is kept, quick or not
+    assert cli.main(["bench", "tiny", "--quick", "--out", str(full), "--no-progress"]) == 0
+    assert seen[-1] == full and json.loads((full / "tiny.json").read_text())["quick"] is True
+
+
 def test_target_comparisons():
     assert Target.evaluate("a", float("nan"), 1.0, ">=").met is False
     assert Target.evaluate("b", float("inf"), 1.0, "<=").met is False
