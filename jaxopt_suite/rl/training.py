@@ -90,15 +90,15 @@ def networks(config, env) -> Networks:
     )
 
 
-def init_params(keys, nets: Networks, obs_size: int) -> Params:
+def init_params(keys, modules: Networks, obs_size: int) -> Params:
     """Fresh networks (``keys``: the policy's, the reward critic's, the cost critic's) and
     empty observation statistics."""
     k_policy, k_reward, k_cost = keys
     dummy = jnp.zeros((1, obs_size))
     return Params(
-        nets.policy.init(k_policy, dummy),
-        nets.reward_critic.init(k_reward, dummy),
-        nets.cost_critic.init(k_cost, dummy),
+        modules.policy.init(k_policy, dummy),
+        modules.reward_critic.init(k_reward, dummy),
+        modules.cost_critic.init(k_cost, dummy),
         init_stats(obs_size),
     )
 
@@ -122,20 +122,20 @@ class Collected(NamedTuple):
 
 
 def collect(
-    nets: Networks, params: Params, env_state, last: EpisodeStats, key, config, *,
+    modules: Networks, params: Params, env_state, last: EpisodeStats, key, config, *,
     on_max_mdp: bool, cost_discount: float,
 ) -> Collected:  # fmt: skip
     """The rollout and advantage estimation every algorithm here starts its iteration
     with (``config`` supplies the limit, unroll length, discounts and GAE lambdas)."""
     env_state, batch = rollout(
-        nets.train_env, nets.policy.apply, params.policy, params.obs_stats, env_state, key,
+        modules.train_env, modules.policy.apply, params.policy, params.obs_stats, env_state, key,
         config.unroll_length,
     )  # fmt: skip
     stats = episode_stats(batch, config.cost_limit)
     data = prepare(
         batch, env_state.obs, params.obs_stats,
-        lambda o: nets.reward_critic.apply(params.reward_critic, o),
-        lambda o: nets.cost_critic.apply(params.cost_critic, o),
+        lambda o: modules.reward_critic.apply(params.reward_critic, o),
+        lambda o: modules.cost_critic.apply(params.cost_critic, o),
         on_max_mdp=on_max_mdp, discount=config.discount, gae_lambda=config.gae_lambda,
         cost_discount=cost_discount, cost_gae_lambda=config.cost_gae_lambda,
     )  # fmt: skip
