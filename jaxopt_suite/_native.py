@@ -1,6 +1,7 @@
 """Native CPU kernels through XLA's FFI, compiled on first use.
 
-A kernel is a C++ source next to the module that uses it. It is compiled once per machine
+A kernel is a C++ source next to the module that uses it (with the ``*.h`` headers beside
+it). It is compiled once per machine
 with the C++ compiler found on the path (``CXX`` if set) against the FFI headers that ship
 with jaxlib, into a cache directory (``JAXOPT_SUITE_CACHE`` or
 ``$XDG_CACHE_HOME/jaxopt_suite``), and registered as a custom-call target of XLA's CPU
@@ -69,7 +70,8 @@ def _cpu_tag() -> str:
 
 def build(source: Path, compiler: str | None, directory: Path) -> tuple[Path | None, str]:
     """Compiles ``source`` with ``compiler`` into ``directory`` unless a build for this
-    source, jaxlib, compiler and CPU is there: ``(path, "")`` or ``(None, reason)``."""
+    source, the headers beside it (``*.h``, which it may include), jaxlib, compiler and CPU
+    is there: ``(path, "")`` or ``(None, reason)``."""
     if compiler is None:
         return None, "no C++ compiler found (set CXX or install g++)"
     try:
@@ -79,7 +81,9 @@ def build(source: Path, compiler: str | None, directory: Path) -> tuple[Path | N
     if not Path(include, "xla", "ffi", "api", "ffi.h").exists():
         return None, f"jaxlib ships no FFI headers under {include}"
     key = hashlib.sha256()
-    for part in (source.read_bytes(), jax.__version__, compiler, _cpu_tag(), " ".join(_FLAGS)):
+    headers = [(h.name.encode(), h.read_bytes()) for h in sorted(source.parent.glob("*.h"))]
+    parts = (source.read_bytes(), *(p for pair in headers for p in pair))
+    for part in (*parts, jax.__version__, compiler, _cpu_tag(), " ".join(_FLAGS)):
         key.update(part if isinstance(part, bytes) else part.encode())
         key.update(b"\0")
     path = directory / f"{source.stem}_{key.hexdigest()[:16]}.so"

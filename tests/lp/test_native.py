@@ -1,5 +1,6 @@
 """The native CPU kernel: CSR times a panel, and PDLP through it."""
 
+import ctypes
 import dataclasses
 
 import jax
@@ -109,6 +110,23 @@ def test_build_reports_a_broken_compiler(tmp_path):
     assert path is None and "no-such-compiler" in reason
     path, reason = _native.build(native.SOURCE, None, tmp_path)
     assert path is None and "compiler" in reason
+
+
+def test_build_is_keyed_on_the_headers_beside_the_source(tmp_path):
+    # the kernels share vector_width.h: a cache keyed on the source's bytes alone kept
+    # serving the old build after the header changed
+    source, header = tmp_path / "kernel.cc", tmp_path / "width.h"
+    source.write_text('#include "width.h"\nextern "C" int width() { return kWidth; }\n')
+    header.write_text("constexpr int kWidth = 32;\n")
+    cache = tmp_path / "cache"
+    compiler = _native._compiler()
+    first, reason = _native.build(source, compiler, cache)
+    assert first is not None, reason
+    assert _native.build(source, compiler, cache) == (first, "")  # unchanged: the same build
+    header.write_text("constexpr int kWidth = 64;\n")
+    second, reason = _native.build(source, compiler, cache)
+    assert second is not None and second != first, reason
+    assert ctypes.cdll.LoadLibrary(str(second)).width() == 64
 
 
 def test_auto_picks_native_on_cpu():

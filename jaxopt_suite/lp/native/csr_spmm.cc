@@ -10,20 +10,11 @@
 
 #include "xla/ffi/api/ffi.h"
 
+#include "vector_width.h"  // kVectorBytes
+
 namespace ffi = xla::ffi;
 
 namespace {
-
-// The widest vector register the build targets (-march=native). A GCC vector wider than
-// the target's registers is split into several, and on an AVX2 host (32-byte registers) the
-// kernels ran several times slower with 64-byte vectors than with 32-byte ones.
-#if defined(__AVX512F__)
-constexpr int kVectorBytes = 64;
-#elif defined(__AVX__)
-constexpr int kVectorBytes = 32;
-#else
-constexpr int kVectorBytes = 16;
-#endif
 
 // Columns [b0, b0 + N * L) of Y for every row, where L values of T fill one vector register
 // (a "line" of kVectorBytes): the N running sums of a row stay in vector registers across
