@@ -24,12 +24,14 @@ coefficients stay as written. A bound that is infinite on its wrong side (``LO 1
 which read back infinite, only with a warning, and only on their own side (a lower value
 of ``-1e25``, an upper one of ``1e25``); on the other it refuses them.
 
-Malformed input raises :class:`MPSError` with the line number.
+Malformed input raises :class:`MPSError` with the line number. A value given twice (a
+column's entry in one row or its cost, a row's ``RHS`` or ``RANGES`` value, the objective
+constant) is malformed too, and the error names both lines: summing or overwriting it would
+read another problem than the one written.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import warnings
 from pathlib import Path
@@ -54,7 +56,12 @@ def _infinite(value: float) -> float:
 
 
 class MPSError(ValueError):
-    """A malformed MPS file; the message names the file and line."""
+    """A malformed MPS file; the message names the file and line (``line``, 1-based, and
+    ``reason``, the message without the file and line, are kept as attributes)."""
+
+    def __init__(self, message: str, *, line: int = 0, reason: str = ""):
+        super().__init__(message)
+        self.line, self.reason = line, reason or message
 
 
 def read_mps(path: str | Path, *, format: Literal["auto", "free", "fixed"] = "auto") -> LP:
@@ -62,7 +69,8 @@ def read_mps(path: str | Path, *, format: Literal["auto", "free", "fixed"] = "au
     objective is negated and ``objective_sign`` set to ``-1``).
 
     ``format="auto"`` reads free MPS and falls back to fixed columns when the free reading
-    fails (names with spaces exist only in fixed MPS).
+    fails (names with spaces exist only in fixed MPS). Where both fail, the error is that of
+    the reading that got further into the file, and names where the other failed.
     """
     if format not in ("auto", "free", "fixed"):
         raise ValueError(f"format must be 'auto', 'free' or 'fixed', got {format!r}")
@@ -77,8 +85,22 @@ def read_mps(path: str | Path, *, format: Literal["auto", "free", "fixed"] = "au
     except MPSError as free_error:
         try:
             return _Reader(path, lines, fixed=True).read()
-        except MPSError:
-            raise free_error from None
+        except MPSError as fixed_error:
+            # the reading that got further is the one that read the file's format: a fixed
+            # file with spaced names fails the free reading early, at a line that is fine
+            first, other, other_format = (
+                (fixed_error, free_error, "free")
+                if fixed_error.line > free_error.line
+                else (free_error, fixed_error, "fixed")
+            )
+            if (other.line, other.reason) == (first.line, first.reason):
+                raise first from None
+            raise MPSError(
+                f"{first} (read as {other_format} MPS it fails at line {other.line}: "
+                f"{other.reason})",
+                line=first.line,
+                reason=first.reason,
+            ) from None
 
 
 def _text_lines(path: Path) -> list[str]:
@@ -98,10 +120,8 @@ def _text_lines(path: Path) -> list[str]:
             if raw.lstrip().startswith(b"*"):
                 lines.append(raw.decode("latin-1"))
                 continue
-            raise MPSError(
-                f"{path}:{number}: not UTF-8 text (byte 0x{raw[error.start]:02x} at "
-                f"position {error.start + 1})"
-            ) from None
+            reason = f"not UTF-8 text (byte 0x{raw[error.start]:02x} at position {error.start + 1})"
+            raise MPSError(f"{path}:{number}: {reason}", line=number, reason=reason) from None
     return lines
 
 
@@ -146,6 +166,9 @@ class _Reader:
         self.rhs: dict[int, float] = {}
         self.rhs_lines: dict[int, int] = {}
         self.ranges: dict[int, float] = {}
+        self.range_lines: dict[int, int] = {}
+        self.entry_lines: dict[tuple[int, int], int] = {}  # (row or -1: objective, column)
+        self.offset_lines: dict[int, int] = {}
         self.offset = 0.0
         self.lower: dict[int, float] = {}
         self.upper: dict[int, float] = {}
@@ -153,7 +176,14 @@ class _Reader:
         self.bound_lines: dict[int, int] = {}  # column -> its last line in BOUNDS
 
     def fail(self, number: int, message: str) -> MPSError:
-        return MPSError(f"{self.path}:{number}: {message}")
+        return MPSError(f"{self.path}:{number}: {message}", line=number, reason=message)
+
+    def once(self, seen: dict, key, number: int, what: str) -> None:
+        """Records that line ``number`` gives ``what``; a second line giving it is an
+        error (summing or overwriting it would read another problem than written)."""
+        if key in seen:
+            raise self.fail(number, f"{what} is given a second time (first on line {seen[key]})")
+        seen[key] = number
 
     def number(self, number: int, text: str) -> float:
         try:
@@ -212,6 +242,8 @@ class _Reader:
                 self.read_bound(number, fields)
             else:
                 raise self.fail(number, f"unexpected data in section {section}")
+        if section is None:
+            raise self.fail(1, "no MPS section in the file (it is empty or all comments)")
         if not ended:
             raise self.fail(len(self.lines), "missing ENDATA")
         if self.objective is None:
@@ -273,11 +305,16 @@ class _Reader:
                     f"coefficient {text} of column {fields[0]!r} in row {row!r} is not finite",
                 )
             if row == self.objective:
-                self.cost[j] = self.cost.get(j, 0.0) + value
+                self.once(self.entry_lines, (-1, j), number, f"column {fields[0]!r}'s cost")
+                self.cost[j] = value
             elif row in self.dropped_n:
                 continue
             elif row in self.row_index:
-                self.entries.append((self.row_index[row], j, value))
+                i = self.row_index[row]
+                self.once(
+                    self.entry_lines, (i, j), number, f"column {fields[0]!r}'s entry in row {row!r}"
+                )
+                self.entries.append((i, j, value))
             else:
                 raise self.fail(number, f"column {fields[0]!r} refers to unknown row {row!r}")
         return in_integer
@@ -295,14 +332,17 @@ class _Reader:
             if section == "RHS" and row == self.objective:
                 if math.isinf(value):
                     raise self.fail(number, f"the objective constant (RHS {text}) is not finite")
+                self.once(self.offset_lines, 0, number, "the objective constant (RHS)")
                 self.offset = -value
             elif row in self.dropped_n:
                 continue
             elif row in self.row_index:
                 i = self.row_index[row]
                 if section == "RHS":
-                    self.rhs[i], self.rhs_lines[i] = _infinite(value), number
+                    self.once(self.rhs_lines, i, number, f"the RHS of row {row!r}")
+                    self.rhs[i] = _infinite(value)
                 else:
+                    self.once(self.range_lines, i, number, f"the RANGES value of row {row!r}")
                     self.ranges[i] = _infinite(value)
             else:
                 raise self.fail(number, f"{section} refers to unknown row {row!r}")
@@ -525,11 +565,7 @@ def write_mps(lp: LP, path: str | Path, *, objective_name: str = "OBJ") -> None:
                 f"column name {name!r} cannot be written: free-MPS readers such as HiGHS take "
                 "it for a section header wherever it opens a line"
             )
-    for kind, names in (("row", row_names), ("column", col_names)):
-        counts = collections.Counter(names)  # the reader would merge or refuse repeats
-        twice = [name for name in names if counts[name] > 1]
-        if twice:
-            raise ValueError(f"{kind} names must be unique to be written, {twice[0]!r} repeats")
+    # names are distinct: the LP refuses repeats (the reader would merge or refuse them)
     if objective_name in row_names:
         raise ValueError(f"objective_name {objective_name!r} is also a row name")
     # HiGHS (and other free-MPS readers) take the RHS / RANGES / BOUNDS set name as optional

@@ -64,14 +64,22 @@ class LP:
         set_ = _setter(self)
         set_("c", c)
         set_("A", A)
-        if self.col_names is not None:
-            set_("col_names", tuple(str(s) for s in self.col_names))
-            if len(self.col_names) != n:
-                raise ValueError(f"col_names has {len(self.col_names)} names for {n} columns")
-        if self.row_names is not None:
-            set_("row_names", tuple(str(s) for s in self.row_names))
-            if len(self.row_names) != m:
-                raise ValueError(f"row_names has {len(self.row_names)} names for {m} rows")
+        for field, count, what in (("col_names", n, "columns"), ("row_names", m, "rows")):
+            given = getattr(self, field)
+            if given is None:
+                continue
+            names_ = tuple(str(s) for s in given)
+            set_(field, names_)
+            if len(names_) != count:
+                raise ValueError(f"{field} has {len(names_)} names for {count} {what}")
+            # messages, write_mps and the MPS reader find a row or column by its name
+            first: dict[str, int] = {}
+            for index, name in enumerate(names_):
+                if name in first:
+                    raise ValueError(
+                        f"{field} must be distinct: {name!r} names {what} {first[name]} and {index}"
+                    )
+                first[name] = index
         for kind, size, names in (("row", m, self.row_names), ("var", n, self.col_names)):
             label_kind = "row" if kind == "row" else "column"
             lower = _vector(
@@ -154,6 +162,25 @@ class LP:
         return _label("column", j, self.col_names)
 
 
+def distinct_names(names: Sequence[str]) -> list[str]:
+    """``names`` with every repeat of an earlier name given the first free suffix ``~1``,
+    ``~2``, ...: for an LP built with generated names after the user's, where a user name
+    may equal a generated one (the user's, coming first, stays as given)."""
+    taken = set(names)
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        if name in seen:
+            k = 1
+            while f"{name}~{k}" in taken:
+                k += 1
+            name = f"{name}~{k}"
+            taken.add(name)
+        seen.add(name)
+        out.append(name)
+    return out
+
+
 def _setter(obj):
     """Field assignment in ``__post_init__`` of a frozen dataclass (normalised values)."""
 
@@ -180,7 +207,16 @@ def _frozen(array: np.ndarray) -> np.ndarray:
 def _real_array(name: str, value: Any) -> None:
     """A ValueError unless ``value`` holds real numbers: a complex one lost its imaginary
     part to a float64 cast (with only NumPy's ComplexWarning), strings became numbers."""
-    dtype = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+    if hasattr(value, "dtype"):
+        dtype = value.dtype
+    else:
+        try:
+            dtype = np.asarray(value).dtype
+        except ValueError:  # NumPy refuses nested sequences of unequal lengths
+            raise ValueError(
+                f"{name} must be an array of real numbers; it holds nested sequences of "
+                "different lengths"
+            ) from None
     if dtype.kind not in "biuf":
         raise ValueError(f"{name} must hold real numbers, got dtype {dtype}")
 
@@ -200,10 +236,9 @@ def _vector(
         raise ValueError(f"{name} has {array.shape[0]} entries, expected {size}")
     if np.any(np.isnan(array)):
         i = int(np.flatnonzero(np.isnan(array))[0])
-        named = kind and names is not None and i < len(names)
-        raise ValueError(
-            f"{name} contains NaN at " + (_label(kind, i, names) if named else f"index {i}")
-        )
+        named = names is not None and i < len(names)
+        label = _label(kind, i, names if named else None) if kind else f"index {i}"
+        raise ValueError(f"{name} contains NaN at {label}")
     return _frozen(array)
 
 

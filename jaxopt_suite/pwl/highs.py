@@ -34,6 +34,7 @@ import scipy.sparse as sp
 
 from jaxopt_suite._checks import check_integer, check_number
 from jaxopt_suite.lp import LP, write_mps
+from jaxopt_suite.lp.problem import distinct_names
 from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
 
 FORMULATIONS = ("cc", "log")
@@ -158,8 +159,8 @@ def binary_formulation(model: PWLModel, formulation: str = "cc") -> tuple[LP, Co
         objective_offset=base.objective_offset,
         objective_sign=base.objective_sign,
         name=f"{model.name}_{formulation}",
-        row_names=[*(base.row_names or [f"R{i}" for i in range(m0)]), *row_names],
-        col_names=[*(base.col_names or [f"C{j}" for j in range(n0)]), *col_names],
+        row_names=distinct_names([*(base.row_names or [f"R{i}" for i in range(m0)]), *row_names]),
+        col_names=distinct_names([*(base.col_names or [f"C{j}" for j in range(n0)]), *col_names]),
         integer=np.concatenate([base.integer, np.ones(nb, bool)]),
     )
     return lp, compiled
@@ -167,15 +168,10 @@ def binary_formulation(model: PWLModel, formulation: str = "cc") -> tuple[LP, Co
 
 def write_pwl_mps(model: PWLModel, path: str | Path, formulation: str = "cc") -> None:
     """Writes the binary formulation of ``model`` as free MPS (binaries in ``MARKER``
-    blocks; a maximisation is written negated, as :func:`write_mps` does). Raises
-    ``ValueError`` on a repeated row or column name, which MPS would silently merge."""
+    blocks; a maximisation is written negated, as :func:`write_mps` does). A generated
+    name that equals a user's carries a suffix (``~1``), as in the model's
+    LP, so that every row and column has its own name."""
     lp, _ = binary_formulation(model, formulation)
-    for kind, names in (("column", lp.col_names), ("row", lp.row_names)):
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                raise ValueError(f"{kind} name {name!r} is used twice; MPS needs unique names")
-            seen.add(name)
     write_mps(lp, path)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from jaxopt_suite.lp import LP
+from jaxopt_suite.lp.problem import distinct_names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -634,9 +635,13 @@ class PWLModel:
             objective_offset=sign * self._constant,
             objective_sign=sign,
             name=self.name,
-            row_names=[r[3] for r in self._rows]
-            + [n_ for t in self._terms for n_ in (f"convex[{t.name}]", f"link[{t.name}]")],
-            col_names=col_names,
+            # a user's name may equal a generated one (a variable "lambda[f][0]"): the
+            # generated name then takes a suffix
+            row_names=distinct_names(
+                [r[3] for r in self._rows]
+                + [n_ for t in self._terms for n_ in (f"convex[{t.name}]", f"link[{t.name}]")]
+            ),
+            col_names=distinct_names(col_names),
         )
         width = int(sizes.max()) if sizes.size else 0
         table = np.full((len(sizes), width), -1, np.int64)

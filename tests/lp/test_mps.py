@@ -152,8 +152,6 @@ def test_writing_huge_values_on_their_wrong_side_is_refused(tmp_path, lp, named)
 @pytest.mark.parametrize(
     ("names", "match"),
     [
-        ({"col_names": ["x", "x"]}, "column names must be unique to be written, 'x' repeats"),
-        ({"row_names": ["r", "r"]}, "row names must be unique to be written, 'r' repeats"),
         ({"col_names": ["*x", "y"]}, r"cannot start with '\*' or be 'MARKER': '\*x'"),
         ({"col_names": ["MARKER", "y"]}, r"cannot start with '\*' or be 'MARKER'"),
     ],
@@ -305,7 +303,7 @@ def test_lp_checks_name_the_row_or_column():
         LP(**ok, var_lower=[0, 2], var_upper=[1, 1], col_names=["x", "y"])
     with pytest.raises(ValueError, match="row_lower > row_upper for row 0"):
         LP(**{**ok, "row_lower": [2, 0]}, **bounds)
-    with pytest.raises(ValueError, match="c contains NaN at index 1"):
+    with pytest.raises(ValueError, match="c contains NaN at column 1"):
         LP(**{**ok, "c": [1.0, np.nan]}, **bounds)
     with pytest.raises(ValueError, match=r"A must be finite; entry \(row 1, column 0\)"):
         LP(**{**ok, "A": np.array([[1.0, 0.0], [np.inf, 1.0]])}, **bounds)
@@ -328,6 +326,16 @@ def test_lp_checks_name_the_row_or_column():
         LP(**ok, **bounds, integer=[0, "no"])
     with pytest.raises(ValueError, match=r"A must be a matrix, got shape \(2,\)"):
         LP(**{**ok, "A": sp.coo_array(np.ones(2))}, **bounds)
+    # repeated names were accepted here and refused only by write_mps; a ragged A gave
+    # NumPy's own message; a NaN in a row vector was "at index 1"
+    with pytest.raises(ValueError, match="col_names must be distinct: 'x' names columns 0 and 1"):
+        LP(**ok, **bounds, col_names=["x", "x"])
+    with pytest.raises(ValueError, match="row_names must be distinct: 'r' names rows 0 and 1"):
+        LP(**ok, **bounds, row_names=["r", "r"])
+    with pytest.raises(ValueError, match="A must be an array of real numbers; it holds nested"):
+        LP(**{**ok, "A": [[1.0, 0.0], [1.0]]}, **bounds)
+    with pytest.raises(ValueError, match="row_upper contains NaN at row 1$"):
+        LP(**{**ok, "row_upper": [1.0, np.nan]}, **bounds)
     for offset in (np.array([1.5]), "1.5"):
         with pytest.raises(ValueError, match="objective_offset must be a real number"):
             LP(**ok, **bounds, objective_offset=offset)
@@ -488,3 +496,69 @@ def test_values_the_lp_would_refuse_name_their_line(tmp_path, kwargs, line, matc
     file's errors, with its line, not the LP constructor's (which names no line)."""
     with pytest.raises(MPSError, match=rf"small\.mps:{line}: {match}"):
         read_mps(_small(tmp_path, **kwargs), format="free")
+
+
+@pytest.mark.parametrize(
+    ("columns", "rhs", "line", "match"),
+    [
+        # summed into 6 before: the entry was read as the sum of its two lines
+        (
+            " x obj 1 c1 1\n x c2 1\n x c2 5\n",
+            "",
+            9,
+            r"column 'x'.s entry in row 'c2' is "
+            r"given a second time \(first on line 8\)",
+        ),
+        # a column that comes back after another, to the same row: merged into 1 + 7
+        (" x obj 1 c1 1\n y c1 2\n x c1 7\n", "", 9, r"column 'x'.s entry in row 'c1' .*line 7"),
+        (" x obj 1 c1 1\n x obj 2\n", "", 8, r"column 'x'.s cost is given a second time .*line 7"),
+        # overwritten before: the last RHS or RANGES line won
+        (" x obj 1 c1 1\n", " rhs c1 1\n rhs c1 2\n", 10, r"the RHS of row 'c1' .*line 9"),
+        (" x obj 1 c1 1\n", " rhs obj 1\n rhs obj 2\n", 10, r"the objective constant .*line 9"),
+    ],
+)
+def test_a_value_given_twice_names_both_lines(tmp_path, columns, rhs, line, match):
+    path = tmp_path / "twice.mps"
+    path.write_text(f"NAME t\nROWS\n N obj\n L c1\n L c2\nCOLUMNS\n{columns}RHS\n{rhs}ENDATA\n")
+    for format in ("free", "auto"):
+        with pytest.raises(MPSError, match=rf"twice.mps:{line}: {match}"):
+            read_mps(path, format=format)
+
+
+def test_a_repeated_range_names_both_lines(tmp_path):
+    path = tmp_path / "ranges.mps"
+    path.write_text(
+        "NAME t\nROWS\n N obj\n L c1\nCOLUMNS\n x obj 1 c1 1\nRHS\n rhs c1 4\n"
+        "RANGES\n rng c1 1\n rng c1 2\nENDATA\n"
+    )
+    with pytest.raises(MPSError, match=r"ranges.mps:11: the RANGES value of row 'c1' .*line 10"):
+        read_mps(path)
+
+
+def test_auto_format_reports_the_reading_that_got_further(tmp_path):
+    # a fixed file with a bad number on line 9: the free reading fails first, on the spaced
+    # row name of line 4, and auto reported that line, which is fine
+    bad = FIXED.replace(_card("", "X ONE", "LIM 2", "1.0"), _card("", "X ONE", "LIM 2", "abc"))
+    path = tmp_path / "fixed.mps"
+    path.write_text(bad)
+    with pytest.raises(MPSError, match=r"fixed.mps:9: expected a number, got 'abc'") as fixed:
+        read_mps(path, format="fixed")
+    with pytest.raises(MPSError) as auto:
+        read_mps(path)
+    assert str(auto.value).startswith(str(fixed.value))
+    assert "(read as free MPS it fails at line 4: a ROWS line has a type and a name" in str(
+        auto.value
+    )
+    assert (auto.value.line, auto.value.reason) == (9, "expected a number, got 'abc'")
+    # where both readings fail on the same line for the same reason, the message is one
+    path.write_text("NAME x\nROWZ\nENDATA\n")
+    with pytest.raises(MPSError, match=r"fixed.mps:2: unknown section 'ROWZ'$"):
+        read_mps(path)
+
+
+@pytest.mark.parametrize("text", ["", "* only a comment\n\n"])
+def test_an_empty_file_says_so(tmp_path, text):
+    path = tmp_path / "empty.mps"
+    path.write_text(text)
+    with pytest.raises(MPSError, match=r"empty.mps:1: no MPS section in the file"):
+        read_mps(path)

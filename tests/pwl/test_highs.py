@@ -361,12 +361,20 @@ def test_single_segment_terms_need_no_binaries():
         assert m.check(result.x) <= 1e-9
 
 
-def test_mps_rejects_repeated_names(tmp_path):
-    # the builder refuses repeated names, but a user name can still equal a generated one
+def test_a_user_name_equal_to_a_generated_one_keeps_every_name_distinct(tmp_path):
+    # the builder refuses repeated names, but a user name can still equal a generated one:
+    # the MPS writer refused the model, and (once the LP refused repeated names) so did the
+    # compile; the generated name now takes a suffix
     m = PWLModel()
     a = m.add_variable(0.0, 10.0, name="x")
     m.add_variable(0.0, 1.0, name="lambda[f0_x][0]")
+    m.add_constraint({a: 1.0}, 2.0, name="convex[f0_x]")
     m.add_pwl(a, [0, 5, 10], [0, 3, 1])
     m.minimize({a: 1.0})
-    with pytest.raises(ValueError, match="'lambda\\[f0_x\\]\\[0\\]' is used twice"):
-        write_pwl_mps(m, tmp_path / "dup.mps")
+    lp = m.compile().lp
+    assert lp.col_names[1] == "lambda[f0_x][0]" and "lambda[f0_x][0]~1" in lp.col_names
+    assert lp.row_names[0] == "convex[f0_x]" and "convex[f0_x]~1" in lp.row_names
+    write_pwl_mps(m, tmp_path / "dup.mps")
+    read = read_mps(tmp_path / "dup.mps")
+    binary, _ = binary_formulation(m, "cc")
+    assert read.col_names == binary.col_names and read.row_names == binary.row_names
