@@ -111,3 +111,43 @@ def unbounded(seed: int = 0) -> LP:
     upper = np.full(30, 3.0)
     upper[0] = np.inf
     return LP(c, A, lo, hi, np.zeros(30), upper, name="unbounded")
+
+
+def infeasible_transportation(sources: int, sinks: int, seed: int = 0) -> LP:
+    """Transportation whose demand exceeds its supply: rows ``sum_j x_ij <= s_i`` and
+    ``sum_i x_ij >= d_j`` with ``sum d > sum s``, ``x >= 0`` unbounded above. No bound is
+    in the way; the proof needs every row (``y = 1`` on the demand rows, ``-1`` on the
+    supply rows)."""
+    lp = transportation(sources, sinks, seed)
+    supply = lp.row_upper[:sources]
+    demand = lp.row_upper[sources:] + 1.0  # one more unit per sink than is shipped
+    inf = np.inf
+    return LP(
+        lp.c,
+        lp.A,
+        np.concatenate([np.full(sources, -inf), demand]),
+        np.concatenate([supply, np.full(sinks, inf)]),
+        lp.var_lower,
+        lp.var_upper,
+        name=f"infeasible_transport_{sources}x{sinks}",
+    )
+
+
+def unbounded_random(rows: int, cols: int, density: float, seed: int = 0) -> LP:
+    """A :func:`random_sparse` LP made unbounded through its rows: free variables, the rows'
+    bounds kept around ``A x_f``, and a cost with a part ``A^T``'s range does not hold, so
+    that along some ``d`` with ``A d = 0`` the objective falls without bound. Every column
+    appears in some row; the ray is a combination of columns, not one free column."""
+    rng = np.random.default_rng(seed)
+    lp = random_sparse(rows, cols, density, seed)
+    dense = lp.A.toarray()
+    empty = np.flatnonzero(~dense.any(axis=0))
+    dense[rng.integers(rows, size=empty.size), empty] = rng.normal(size=empty.size)
+    A = sp.csr_array(dense)
+    lo, hi = _rows_around(A, rng)
+    # the component of a random cost in A's null space: d = -that satisfies A d = 0, c^T d < 0
+    c = rng.normal(size=cols)
+    null = c - np.linalg.lstsq(dense, dense @ c, rcond=None)[0]
+    c = c + 10.0 * null / np.linalg.norm(null)
+    inf = np.full(cols, np.inf)
+    return LP(c, A, lo, hi, -inf, inf, name=f"unbounded_random_{rows}x{cols}")

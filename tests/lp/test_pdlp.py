@@ -13,8 +13,10 @@ from jaxopt_suite.lp.pdlp import LPOptions, Status, dual_bound, solve_lp, solve_
 from tests.lp.conftest import highs
 
 
-def _feasible_lp(seed, m=20, n=30, free_rows=True):
-    """Rows of every type around A x_f for an interior x_f, box bounds [0, 3]."""
+def _feasible_lp(seed, m=20, n=30, free_rows=True, bounds="box"):
+    """Rows of every type around A x_f for an interior x_f, box bounds [0, 3]; with
+    ``bounds="mixed"``, each column's lower bound 0, -2 or -inf and upper bound 3 or inf
+    (the LP may then be unbounded)."""
     rng = np.random.default_rng(seed)
     A = sp.random(m, n, density=0.3, random_state=seed, format="csr")
     x_f = rng.uniform(0.5, 2.5, n)
@@ -23,7 +25,11 @@ def _feasible_lp(seed, m=20, n=30, free_rows=True):
     width = rng.uniform(0.1, 1.0, m)
     lo = np.where(kinds == 1, -np.inf, np.where(kinds == 0, ax, ax - width))
     hi = np.where(kinds == 2, np.inf, np.where(kinds == 0, ax, ax + width))
-    return LP(rng.normal(size=n), A, lo, hi, np.zeros(n), np.full(n, 3.0))
+    if bounds == "box":
+        return LP(rng.normal(size=n), A, lo, hi, np.zeros(n), np.full(n, 3.0))
+    lower = rng.choice([0.0, -2.0, -np.inf], n)
+    upper = rng.choice([3.0, np.inf], n)
+    return LP(rng.normal(size=n), A, lo, hi, lower, upper)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -45,6 +51,31 @@ def test_matches_highs_and_satisfies_kkt(seed):
         )
     )
     assert np.all(solution.x >= lp.var_lower - 1e-6) and np.all(solution.x <= lp.var_upper + 1e-6)
+    # ... and the dual side and the gap, from the returned y alone (not the solver's numbers):
+    # y weights only finite row sides (y > 0: the lower side), lambda = c - A^T y only finite
+    # variable bounds (lambda > 0: the lower bound), and the dual objective meets the primal
+    y = np.asarray(solution.y, np.float64)
+    assert np.all(y[~np.isfinite(lp.row_lower)] <= 0.0)
+    assert np.all(y[~np.isfinite(lp.row_upper)] >= 0.0)
+    lam = lp.c - lp.A.T @ y
+    dual_violation = np.where(np.isfinite(lp.var_lower), 0.0, np.maximum(lam, 0.0)) + np.where(
+        np.isfinite(lp.var_upper), 0.0, np.minimum(lam, 0.0)
+    )
+    assert np.linalg.norm(dual_violation) <= 2e-4 * (1 + np.linalg.norm(lp.c))
+    lam = lam - dual_violation
+
+    def finite(v):
+        return np.where(np.isfinite(v), v, 0.0)
+
+    dual_objective = (
+        np.maximum(y, 0) @ finite(lp.row_lower)
+        - np.maximum(-y, 0) @ finite(lp.row_upper)
+        + np.maximum(lam, 0) @ finite(lp.var_lower)
+        - np.maximum(-lam, 0) @ finite(lp.var_upper)
+    )
+    primal_objective = lp.c @ solution.x
+    gap = abs(primal_objective - dual_objective)
+    assert gap <= 2e-4 * (1 + abs(primal_objective) + abs(dual_objective))
     # The safe bound is below the optimum and close to it at an optimal dual.
     assert solution.dual_bound <= reference.fun + 1e-9
     assert solution.dual_bound >= reference.fun - 1e-3 * (1 + abs(reference.fun))
@@ -93,6 +124,29 @@ def test_statuses_on_crafted_lps():
     with jax.enable_x64(True):
         limited = solve_lp(free, LPOptions(max_iterations=64, eval_every=64))
     assert limited.status == Status.ITERATION_LIMIT and "float32" not in limited.message
+
+
+def test_family_instances_without_an_optimum_get_their_status_from_the_rows():
+    # the lp suite's infeasible and unbounded LPs beyond the two crafted on the bounds: the
+    # certificates need the rows (checked here), and HiGHS agrees on the status
+    from tests.lp.conftest import highs as reference
+
+    infeasible = instances.infeasible_transportation(6, 8, seed=3)
+    supply, demand = infeasible.row_upper[:6], infeasible.row_lower[6:]
+    assert np.all(np.isinf(infeasible.var_upper)) and demand.sum() > supply.sum()
+    y = np.r_[-np.ones(6), np.ones(8)]  # Farkas: A^T y <= 0 on x >= 0, y . sides > 0
+    assert np.all(infeasible.A.T @ y <= 0) and y[6:] @ demand - (-y[:6]) @ supply > 0
+    unbounded = instances.unbounded_random(12, 20, 0.2, seed=4)
+    assert np.all(np.abs(unbounded.A).sum(axis=0) > 0)  # every column is in some row
+    assert np.all(np.isinf(unbounded.var_lower)) and np.all(np.isinf(unbounded.var_upper))
+    for lp, status, highs_status in (
+        (infeasible, Status.PRIMAL_INFEASIBLE, 2),
+        (unbounded, Status.DUAL_INFEASIBLE, 3),
+    ):
+        assert reference(lp).status == highs_status
+        with jax.enable_x64(True):
+            solution = solve_lp(lp, LPOptions(tolerance=1e-4))
+        assert solution.status == status, solution.message
 
 
 @pytest.mark.parametrize("x64", [False, True])
@@ -207,16 +261,22 @@ def test_sparse_dense_ell_and_block_matrices_agree():
 @given(
     seed=st.integers(0, 10_000),
     iterations=st.sampled_from([64, 256, 100_000]),
+    bounds=st.sampled_from(["box", "mixed"]),
 )
-def test_safe_dual_bound_never_exceeds_the_optimum(seed, iterations):
-    # Any dual iterate, from a solve stopped at any point, bounds the optimum from below.
-    lp = _feasible_lp(seed, m=8, n=12)
-    optimum = highs(lp).fun
+def test_safe_dual_bound_never_exceeds_the_optimum(seed, iterations, bounds):
+    # Any dual iterate, from a solve stopped at any point, bounds the optimum from below;
+    # infinite variable bounds (mixed) take the bounds the rows imply, or -inf.
+    lp = _feasible_lp(seed, m=8, n=12, bounds=bounds)
+    reference = highs(lp)
+    assert reference.status in (0, 3), reference.message  # optimal or unbounded
+    optimum = reference.fun if reference.status == 0 else -np.inf
+    # an unbounded LP has no finite lower bound: the safe bound must be -inf there
+    ceiling = optimum + 1e-9 * (1 + abs(optimum)) if np.isfinite(optimum) else -np.inf
     solution = solve_lp(lp, LPOptions(max_iterations=iterations))
-    assert solution.dual_bound <= optimum + 1e-9 * (1 + abs(optimum))
+    assert solution.dual_bound <= ceiling
     # ... and so does the bound of an arbitrary y.
     y = np.random.default_rng(seed).normal(size=lp.num_rows)
-    assert dual_bound(lp, y)[0] <= optimum + 1e-9 * (1 + abs(optimum))
+    assert dual_bound(lp, y)[0] <= ceiling
 
 
 def test_dual_bound_of_a_non_finite_or_misshapen_y():
