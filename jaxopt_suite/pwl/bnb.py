@@ -132,7 +132,10 @@ class PWLOptions(NamedTuple):
     pump: bool = True
     pump_seeds: int = 4  # pump jobs started from the root relaxation
     pump_iterations: int = 10  # per pump job before it gives up
-    heuristic_fraction: float = 0.25  # at most this share of slots runs heuristics
+    # at most this share of slots runs heuristics: per round (at least one slot), and over
+    # the run's busy slot-rounds, so that a batch of one to three slots keeps the share
+    # too; slots that no node needs are lent to heuristics beyond it
+    heuristic_fraction: float = 0.25
     # while there is no incumbent, a node LP still running after this many rounds lends
     # its current iterate to a repair and a pump job (large LPs converge slowly)
     early_heuristic_rounds: int = 8
@@ -224,6 +227,9 @@ class MIPSolution(NamedTuple):
     # PWLModel.check at x: the largest relative violation of a bound, row or z = f(x)
     # (NaN without an incumbent)
     violation: float = math.nan
+    # the share of the busy LP slot-rounds that ran heuristics (repair, pump, polishing
+    # jobs); NaN where no round ran
+    heuristic_share: float = math.nan
 
 
 class _Store:
@@ -459,6 +465,8 @@ class _Solver:
         self.feasibility = feasibility
         # set when a ray was met: the rest of the status message (see _settle_ray)
         self.ray_detail: str | None = None
+        # busy LP slot-rounds of the search: [heuristic jobs', all jobs'] (heuristic_share)
+        self.slot_rounds = [0, 0]
         lp = compiled.lp
         self.lp = lp
         # the objective scale (objective_scale) and the LP the node jobs solve, whose
@@ -990,13 +998,17 @@ class _Solver:
         rounds = 0
         last_print = -math.inf
         root_done = False
-        heuristic_cap = max(1, int(opts.heuristic_fraction * B)) if B > 1 else 1
+        heuristic_cap = max(1, int(opts.heuristic_fraction * B))
         while True:
             elapsed = time.perf_counter() - start
+            # a batch narrower than 1 / heuristic_fraction slots gives a heuristic its one
+            # slot only while the run's heuristic share is within the fraction
+            share_left = self.slot_rounds[0] <= opts.heuristic_fraction * self.slot_rounds[1]
+            cap = heuristic_cap if share_left else 0
             # ---- resize to the work at hand
             busy = [i for i, job in enumerate(slots) if job is not None]
             busy_heuristics = sum(1 for i in busy if slots[i].kind != "node")
-            waiting = min(len(self.heuristics), max(0, heuristic_cap - busy_heuristics))
+            waiting = min(len(self.heuristics), max(0, cap - busy_heuristics))
             demand = len(busy) + waiting + self.store.count()
             target = next((w for w in widths if w >= demand), B)
             if target != width:
@@ -1008,7 +1020,7 @@ class _Solver:
             free = [i for i, job in enumerate(slots) if job is None]
             jobs: list[_Job] = []
             busy_heuristics = sum(1 for j in slots if j is not None and j.kind != "node")
-            room = min(len(free), max(0, heuristic_cap - busy_heuristics))
+            room = min(len(free), max(0, cap - busy_heuristics))
             while self.heuristics and room > 0:
                 jobs.append(self.heuristics.pop(0))
                 room -= 1
@@ -1090,6 +1102,8 @@ class _Solver:
             advanced = time.perf_counter()
             batch = batch_advance(batch, evaluations=evaluations)
             rounds += 1
+            self.slot_rounds[0] += sum(1 for j in slots if j is not None and j.kind != "node")
+            self.slot_rounds[1] += sum(1 for j in slots if j is not None)
             stat = batch.status  # (waits for the round: the advance may return before)
             period = (time.perf_counter() - advanced) / evaluations
             done = [i for i, job in enumerate(slots) if job is not None and stat[i] >= 0]
@@ -1518,6 +1532,9 @@ class _Solver:
             rounds=rounds,
             polished=polished,
             violation=violation,
+            heuristic_share=(
+                self.slot_rounds[0] / self.slot_rounds[1] if self.slot_rounds[1] else math.nan
+            ),
         )
 
     def _print(self, elapsed: float, bound: float) -> None:

@@ -1206,3 +1206,18 @@ def test_a_scaled_search_keeps_the_objectives_constant(plus):
     assert sol.objective == pytest.approx(exact, rel=1e-4)
     assert sol.bound <= exact + 1e-4 * abs(exact)
     assert all(b <= exact + 1e-4 * abs(exact) for _, _, _, b in sol.history)
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.1])
+def test_a_batch_of_one_keeps_the_heuristic_share(fraction):
+    # with one slot, every queued heuristic took it before any node (a cap of "at least one
+    # slot"): 47% of the LP jobs were heuristics at batch_size=1 against the documented 25%,
+    # which halved B=1's nodes/s. The share now holds over the run's slot-rounds, within
+    # the rounds of the one heuristic that may be running when it is reached
+    from jaxopt_suite.pwl import instances
+
+    model = instances.build(instances.spec_by_name("transportation_10x10_k4_s0"))
+    options = PWLOptions(batch_size=1, node_limit=120, heuristic_fraction=fraction)
+    solution = solve_pwl(model, options)
+    assert solution.status == MIPStatus.NODE_LIMIT and solution.rounds > 500
+    assert 0.0 < solution.heuristic_share <= fraction + 0.03
