@@ -1,4 +1,5 @@
-"""The pwl suite's warm-up: as long as the timed solve (unless told otherwise)."""
+"""The pwl suite's warm-up (as long as the timed solve unless told otherwise) and what it
+counts as a proof of optimality."""
 
 from benchmarks import pwl as suite
 
@@ -25,3 +26,22 @@ def test_the_warm_up_solve_is_as_long_as_the_timed_one(monkeypatch):
     # the polishing LP compiles with the timed solve's options
     timed = suite.polish_options(suite._options(20.0))
     assert polishes[0] == timed and polishes[2] == timed
+
+
+def test_only_a_proof_at_the_gap_counts_as_solved_and_early_stops_take_the_whole_limit():
+    # an OPTIMAL "to the node LPs' tolerance only" (gap above 1e-4) or an INCOMPLETE stop
+    # after 2 s counted as proven / as a 2 s solve
+    def row(status, gap, seconds, highs="optimal", highs_seconds=4.0):
+        ours = {"status": status, "gap": gap, "seconds": seconds}
+        return {"ours": ours, "highs": {"status": highs, "seconds": highs_seconds}}
+
+    proof = row("OPTIMAL", 1e-4, 2.0)
+    loose = row("OPTIMAL", 3e-3, 2.0)
+    stopped = row("INCOMPLETE", 0.5, 2.0, highs="time limit", highs_seconds=20.4)
+    assert suite.proven(proof, "ours") and suite.proven(proof, "highs")
+    assert not suite.proven(loose, "ours") and not suite.proven(stopped, "highs")
+    assert suite.time_to_proof(proof, "ours", 20.0) == 2.0
+    assert suite.time_to_proof(loose, "ours", 20.0) == 20.0
+    assert suite.time_to_proof(stopped, "ours", 20.0) == 20.0
+    assert suite.time_to_proof(stopped, "highs", 20.0) == 20.0
+    assert suite.time_to_proof(row("OPTIMAL", 0.0, 25.0), "ours", 20.0) == 20.0
