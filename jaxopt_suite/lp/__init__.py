@@ -19,6 +19,7 @@ from jaxopt_suite.lp.pdlp import (
     batch_solution,
     batch_start,
     dual_bound,
+    infeasibility_bound,
     solve_lp,
     solve_lp_batch,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "Status",
     "dual_bound",
     "implied_bounds",
+    "infeasibility_bound",
     "instances",
     "precondition",
     "read_mps",

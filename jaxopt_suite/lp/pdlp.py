@@ -131,7 +131,11 @@ class LPSolution(NamedTuple):
     ``dual_bound`` is a valid lower bound on the optimum whatever the status: where a
     reduced cost meets an infinite variable bound, the bound the rows imply stands in
     (:func:`~jaxopt_suite.lp.bounds.implied_bounds`); ``-inf`` when no row confines such a
-    column or the dual iterate puts weight on an infinite row side."""
+    column or the dual iterate puts weight on an infinite row side.
+
+    At ``PRIMAL_INFEASIBLE``, ``y`` is the dual ray that certified it (the dual iterates'
+    change since the last restart), not an iterate: :func:`infeasibility_bound` checks
+    whether it proves the LP infeasible exactly."""
 
     x: np.ndarray
     y: np.ndarray
@@ -768,7 +772,9 @@ def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
             error_last=error,
             status=status.astype(jnp.int32),
             x_out=xt,
-            y_out=yt,
+            # at PRIMAL_INFEASIBLE the certificate: the ray the test above passed (a warm
+            # start's iterate, far from the ray's size, proves nothing)
+            y_out=jnp.where(status == int(Status.PRIMAL_INFEASIBLE), yt - s.y_anchor, yt),
             residuals=jnp.concatenate([jnp.atleast_1d(v) for v in (primal, dual, gap)]).astype(
                 dtype
             ),
@@ -931,6 +937,38 @@ def dual_bound(lp: LP, y: np.ndarray) -> tuple[float, np.ndarray]:
         raise ValueError(f"y must have shape ({m},), got {y.shape}")
     bounds, lam = _dual_bounds(lp, lp.c[None], lp.var_lower[None], lp.var_upper[None], y[None])
     return float(bounds[0]), lam[0]
+
+
+def infeasibility_bound(
+    lp: LP, y: np.ndarray, var_lower: Any = None, var_upper: Any = None
+) -> float:
+    """A proof that ``lp`` has no feasible point when positive: the Lagrangian bound of the
+    row weights ``y`` on ``lp`` with its cost set to 0 (and no objective constant), in
+    float64, below its exact value by a rounding margin (:func:`dual_bound`). With
+    ``var_lower`` / ``var_upper`` (``(n,)``), the bounds of ``lp``'s columns are replaced by
+    those (a branch-and-bound node's LP).
+
+    Every feasible ``x`` gives that zero-cost LP the value 0, and every ``y`` bounds it from
+    below, so an exactly positive bound leaves no feasible ``x`` (Farkas). Entries of ``y``
+    on an infinite row side (positive on a row without a lower side, negative on one
+    without an upper side), which would make the bound ``-inf``, are set to 0 first: the
+    test holds for any ``y``. Use it on the ``y`` of a ``PRIMAL_INFEASIBLE`` solution (the
+    dual ray); ``-inf`` where ``y`` is not finite."""
+    if not isinstance(lp, LP):
+        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
+    y = _real("y", y)
+    m, n = lp.A.shape
+    if y.shape != (m,):
+        raise ValueError(f"y must have shape ({m},), got {y.shape}")
+    lower = lp.var_lower if var_lower is None else _real("var_lower", var_lower)
+    upper = lp.var_upper if var_upper is None else _real("var_upper", var_upper)
+    for name, value in (("var_lower", lower), ("var_upper", upper)):
+        if value.shape != (n,) or np.any(np.isnan(value)):
+            raise ValueError(f"{name} must be a vector of {n} numbers, not NaN, got {value}")
+    y = np.where((y > 0) & np.isneginf(lp.row_lower), 0.0, y)
+    y = np.where((y < 0) & np.isposinf(lp.row_upper), 0.0, y)
+    bounds, _ = _dual_bounds(lp, np.zeros((1, n)), lower[None], upper[None], y[None], offsets=[0.0])
+    return float(bounds[0])
 
 
 def solve_lp(

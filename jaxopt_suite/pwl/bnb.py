@@ -79,6 +79,7 @@ from jaxopt_suite.lp import (
     batch_solution,
     batch_start,
     dual_bound,
+    infeasibility_bound,
     solve_lp,
 )
 from jaxopt_suite.lp.bounds import root_implied_bounds
@@ -230,6 +231,9 @@ class MIPSolution(NamedTuple):
     # the share of the busy LP slot-rounds that ran heuristics (repair, pump, polishing
     # jobs); NaN where no round ran
     heuristic_share: float = math.nan
+    # INFEASIBLE proved at the root: the root relaxation's dual ray, weights on the rows of
+    # model.compile().lp, for which lp.infeasibility_bound(lp, certificate) > 0 (Farkas)
+    certificate: np.ndarray | None = None
 
 
 class _Store:
@@ -501,8 +505,14 @@ class _Solver:
         self.history: list[tuple[float, int, float, float]] = []
         self.first_time = math.nan
         self.nodes = 0
-        self.unresolved: list[float] = []  # leaves whose LP never finished; a node whose
-        # children found no room in the store
+        # bounds of: leaves whose LP never finished; a node whose children found no room
+        # in the store; nodes reported infeasible whose infeasibility was not proved
+        self.unresolved: list[float] = []
+        # node LPs reported infeasible whose ray the exact check did not confirm
+        self.unproved_infeasible = 0
+        # the root relaxation's dual ray and its infeasibility bound, where it proved the
+        # model infeasible (lp.infeasibility_bound)
+        self.certificate: tuple[np.ndarray, float] | None = None
         self.store_full = False  # a node's children found no room (PWLOptions.capacity)
         # which LPs' tolerance left a closed leaf's bound short of the cutoff ("node":
         # its polish did not finish; "polishing": its polished bound fell short)
@@ -1297,6 +1307,17 @@ class _Solver:
         self.nodes += 1
         is_root = job.depth == 0 and self.nodes == 1
         if st == Status.PRIMAL_INFEASIBLE:
+            # PDLP's test of the ray is first-order, at the data's scale; the node is
+            # dropped only once its ray (the solution's y) proves it empty in float64, with
+            # rounding margins
+            lower, upper = self._bounds(job.lo, job.hi)
+            proof = infeasibility_bound(self.lp, y, lower, upper)
+            if not proof > 0.0:
+                self.unproved_infeasible += 1
+                self.unresolved.append(job.bound)
+                return None
+            if is_root:
+                self.certificate = (np.array(y, np.float64), proof)
             return MIPStatus.INFEASIBLE if is_root and not self.store.count() else None
         if st == Status.DUAL_INFEASIBLE:
             # a ray of the relaxation (every node has the same recession cone): the model
@@ -1460,10 +1481,13 @@ class _Solver:
             message += self.ray_detail
         elif status == MIPStatus.INFEASIBLE:
             message = (
-                "infeasible: the root relaxation has a dual ray (no point satisfies the rows "
-                "and bounds)"
-                if self.nodes <= 1
-                else f"infeasible: every one of {self.nodes} nodes was infeasible"
+                "infeasible: proved by the root relaxation, whose dual ray (certificate) "
+                "gives the relaxation with zero cost a lower bound of "
+                f"{self.certificate[1]:.3g} > 0, checked in float64 with rounding margins "
+                "(lp.infeasibility_bound): no point satisfies the rows and bounds"
+                if self.certificate is not None
+                else f"infeasible: every one of {self.nodes} nodes was proved infeasible by "
+                "its dual ray (checked exactly) or closed"
             )
         elif status in (
             MIPStatus.NODE_LIMIT,
@@ -1512,6 +1536,12 @@ class _Solver:
                 f"the node store is full (capacity {self.options.capacity}: raise "
                 "PWLOptions.capacity); the bound keeps the bounds of the nodes not explored"
             )
+        elif self.unproved_infeasible and status == MIPStatus.INCOMPLETE:
+            message = (
+                f"{self.unproved_infeasible} node LPs reported infeasible with a dual ray that "
+                "the exact check (lp.infeasibility_bound) did not confirm; the bound keeps "
+                "their bounds"
+            )
         elif self.unresolved and status == MIPStatus.INCOMPLETE:
             message = (
                 f"{len(self.unresolved)} leaf LPs stopped before their tolerance (raise "
@@ -1532,6 +1562,7 @@ class _Solver:
             rounds=rounds,
             polished=polished,
             violation=violation,
+            certificate=None if self.certificate is None else self.certificate[0].copy(),
             heuristic_share=(
                 self.slot_rounds[0] / self.slot_rounds[1] if self.slot_rounds[1] else math.nan
             ),

@@ -1029,3 +1029,32 @@ def test_a_feasible_set_of_one_point_is_not_certified_infeasible():
     batch = solve_lp_batch(p, np.zeros((2, 3)), np.array([[0.0, 1, 1], [1.0, 1, 1]]))
     np.testing.assert_array_equal(batch.status, [Status.OPTIMAL, Status.OPTIMAL])
     np.testing.assert_allclose(batch.objective, [0.0, -0.5], atol=1e-3)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_the_y_of_an_infeasible_solution_proves_it_exactly(x64):
+    # PDLP's infeasibility test is first-order, at the data's scale; infeasibility_bound
+    # checks the returned y, the ray, exactly (the branch-and-bound drops a node only on
+    # that proof: with the last iterate as y, warm-started nodes' y proved nothing and four
+    # tests of tests/pwl/test_bnb.py ended INCOMPLETE)
+    from jaxopt_suite.lp import infeasibility_bound
+
+    lps = [instances.infeasible(), instances.infeasible_transportation(6, 8, seed=3)]
+    with jax.enable_x64(x64):
+        for lp in lps:
+            solution = solve_lp(lp)
+            assert solution.status == Status.PRIMAL_INFEASIBLE
+            assert infeasibility_bound(lp, solution.y) > 0.0
+            batch = solve_lp_batch(lp, lp.var_lower[None], lp.var_upper[None])
+            assert infeasibility_bound(lp, np.asarray(batch.y[0])) > 0.0
+    # a feasible LP: no y proves it infeasible, nor a y whose entries sit on infinite sides
+    feasible = _feasible_lp(1)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        assert infeasibility_bound(feasible, rng.normal(size=feasible.num_rows) * 1e3) <= 0.0
+    # other column bounds: the transportation's rows with x <= 0 leave demand unmet
+    lp = lps[1]
+    y = np.r_[np.zeros(6), np.ones(8)]
+    assert infeasibility_bound(lp, y, lp.var_lower, np.zeros(lp.num_cols)) > 0.0
+    with pytest.raises(ValueError, match=r"var_upper must be a vector of 48 numbers"):
+        infeasibility_bound(lp, y, lp.var_lower, np.zeros(3))

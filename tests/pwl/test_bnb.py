@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxopt_suite.lp import LPOptions
+from jaxopt_suite.lp import LPOptions, infeasibility_bound
 from jaxopt_suite.pwl import MIPStatus, PWLModel, PWLOptions, solve_pwl
 from jaxopt_suite.pwl.bnb import sos2_structure, split_index
 
@@ -204,6 +204,38 @@ def test_infeasible_model_is_proved_by_the_root():
     sol = solve_pwl(m, PWLOptions(batch_size=2))
     assert sol.status == MIPStatus.INFEASIBLE
     assert sol.nodes == 1 and "root relaxation" in sol.message and sol.x is None
+    # the proof comes with the solution and is checked here again: the ray's Lagrangian
+    # bound on the relaxation with zero cost is positive (before, only PDLP's first-order
+    # test of the ray stood behind the status, and no ray was returned)
+    assert "checked in float64" in sol.message
+    lp = m.compile().lp
+    assert sol.certificate is not None and sol.certificate.shape == (lp.num_rows,)
+    assert infeasibility_bound(lp, sol.certificate) > 0.0
+    # the same model without the impossible row: no y gives its relaxation such a bound
+    feasible = PWLModel()
+    x2 = feasible.add_variable(0.0, 10.0)
+    feasible.add_pwl(x2, [0, 5, 10], [0, 1, 2])
+    feasible.minimize({x2: 1.0})
+    lp2 = feasible.compile().lp
+    rng = np.random.default_rng(0)
+    assert all(infeasibility_bound(lp2, rng.normal(size=lp2.num_rows)) <= 0.0 for _ in range(20))
+
+
+def test_a_node_reported_infeasible_without_a_proof_is_not_dropped(monkeypatch):
+    # PDLP's infeasibility test is first-order; a node whose ray the exact check does not
+    # confirm keeps its bound, and the search ends INCOMPLETE saying why (it was dropped
+    # for good, and a wrong verdict at the root made the model INFEASIBLE)
+    from jaxopt_suite.pwl import bnb
+
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0)
+    f = m.add_pwl(x, [0, 5, 10], [0, 1, 2])
+    m.add_constraint({f: 1.0}, lower=3.0)
+    m.minimize({x: 1.0})
+    monkeypatch.setattr(bnb, "infeasibility_bound", lambda *args: -1.0)
+    sol = solve_pwl(m, PWLOptions(batch_size=2))
+    assert sol.status == MIPStatus.INCOMPLETE and sol.certificate is None
+    assert "did not confirm" in sol.message and sol.bound == -math.inf
 
 
 def test_infeasible_only_after_branching():
