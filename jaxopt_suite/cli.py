@@ -8,6 +8,11 @@ and prints each method next to its anchor measured in the same run, with the tar
 
 ``jaxopt-suite report [--results DIR] [--readme FILE]`` rewrites the README's benchmark
 section from the JSON files.
+
+``jaxopt-suite pwl-instances [NAME ...] [--out DIR] [--formulation cc|log]`` writes the PWL
+instance suite (all 43 when no name is given) as ``<name>.json`` (the model, reloadable
+with ``jaxopt_suite.pwl.instances.load``) and ``<name>.mps`` (its binary formulation, for
+any MIP solver) into ``DIR`` (``pwl_instances``).
 """
 
 from __future__ import annotations
@@ -166,6 +171,22 @@ def _report(args, parser) -> int:
     return 0
 
 
+def _pwl_instances(args, parser) -> int:
+    from jaxopt_suite.pwl import instances
+
+    known = {spec.name: spec for spec in instances.SUITE}
+    unknown = [name for name in args.names if name not in known]
+    if unknown:
+        parser.error(f"unknown instance {unknown[0]!r}; the suite's names: {', '.join(known)}")
+    specs = [known[name] for name in args.names] if args.names else None
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} exists and is not a directory")
+    paths = instances.export(out, specs, args.formulation)
+    print(f"wrote {len(paths) // 2} instances (JSON + MPS, {args.formulation} binaries) to {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="jaxopt-suite", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -181,6 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     report = commands.add_parser("report", help="rewrite the README benchmark tables")
     report.add_argument("--results", metavar="DIR", help="JSON directory (benchmarks/results)")
     report.add_argument("--readme", metavar="FILE", help="README to update (README.md)")
+    pwl = commands.add_parser(
+        "pwl-instances", help="write the PWL instance suite as JSON and MPS files"
+    )
+    pwl.add_argument("names", nargs="*", metavar="NAME", help="instances (default: all 43)")
+    pwl.add_argument("--out", metavar="DIR", default="pwl_instances", help="(pwl_instances)")
+    pwl.add_argument(
+        "--formulation",
+        choices=("cc", "log"),
+        default="cc",
+        help="binary formulation in the MPS files: convex combination or logarithmic (cc)",
+    )
     argv = sys.argv[1:] if argv is None else list(argv)
     args, unknown = parser.parse_known_args(argv)
     if args.command == "bench":
@@ -194,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments before bench: {' '.join(before)}")
     if unknown:
         # Report against the subcommand, so the message lists that command's options.
-        {"bench": bench, "report": report}.get(args.command, parser).error(
+        {"bench": bench, "report": report, "pwl-instances": pwl}.get(args.command, parser).error(
             f"unrecognized arguments: {' '.join(unknown)}"
         )
     if args.command is None:
@@ -202,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "report":
         return _report(args, report)
+    if args.command == "pwl-instances":
+        return _pwl_instances(args, pwl)
     return _bench(args, bench)
 
 

@@ -367,3 +367,27 @@ def test_results_are_strict_json_and_read_back_with_their_non_finite_numbers(tmp
     (tmp_path / "old.json").write_text('{"a": NaN, "b": -Infinity}')
     old = read_result(tmp_path / "old.json")
     assert np.isnan(old["a"]) and old["b"] == float("-inf")
+
+
+def test_pwl_instances_are_written_as_json_and_mps_and_read_back(tmp_path, capsys):
+    # the suite's instances could be saved only from Python (instances.export), which no
+    # command called: "saved as JSON and MPS so others can rerun them" had no way in
+    from jaxopt_suite.lp import read_mps
+    from jaxopt_suite.pwl import instances
+    from jaxopt_suite.pwl.highs import binary_formulation
+
+    name = "portfolio_n10_t24_k4_s0"
+    assert cli.main(["pwl-instances", name, "--out", str(tmp_path / "out")]) == 0
+    assert "wrote 1 instances" in capsys.readouterr().out
+    json_path, mps_path = tmp_path / "out" / f"{name}.json", tmp_path / "out" / f"{name}.mps"
+    model = instances.load(json_path)
+    assert model.to_dict() == instances.build(instances.spec_by_name(name)).to_dict()
+    binary, _ = binary_formulation(model, "cc")
+    read = read_mps(mps_path)
+    assert read.col_names == binary.col_names and read.A.nnz == binary.A.nnz
+    assert read.integer.sum() == binary.integer.sum() > 0
+    with pytest.raises(SystemExit):
+        cli.main(["pwl-instances", "no_such_instance", "--out", str(tmp_path)])
+    assert "unknown instance 'no_such_instance'; the suite's names: portfolio_" in (
+        capsys.readouterr().err
+    )
