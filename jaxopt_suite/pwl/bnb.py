@@ -23,7 +23,12 @@ the batch a few evaluation periods, and reads the slots that stopped:
   pair, its lambdas are affine in its argument, so the LP solved is the one over the
   model's columns and rows with each PWL term replaced by its piece), or where that LP
   does not finish, projected as above. Polishes that come out optimal are remembered, and
-  pairs are repaired once (the same pairs come back from node after node);
+  pairs are repaired once (the same pairs come back from node after node). Pairs whose LP
+  is infeasible queue repairs that move one set's pair within the node's interval,
+  nearest positions first, every set in turn (at most :data:`REPAIR_ALTERNATIVES`): with
+  one SOS2 set of up to that many segments, every pair the node allows is tried, so repair
+  finds a PWL point of the node whenever one exists; with several sets, only those one
+  move away (a PWL point may need a move in every set, which no bounded search covers);
 - feasibility-pump jobs: the node's polytope with the objective replaced by the lambda mass
   outside a chosen pair per set (plus a decaying share of the true objective); a point
   with no such mass is sent to repair, else the pairs are re-chosen from it, and a repeated
@@ -162,6 +167,8 @@ PROJECTION_TRIES = 4
 # of optimal polishes and the record of repair jobs hold; past it, new ones are solved
 # without being recorded. In a search the same pairs come back from node after node.
 POLISH_MEMO = 100_000
+# repairs queued after a repair's pairs came out infeasible (one set's pair moved each)
+REPAIR_ALTERNATIVES = 32
 
 # The objective scale (objective_scale): a node LP stops on PDLP's relative KKT test, whose
 # gap term is |p - d| <= tolerance * (1 + |p| + |d|) and whose dual residual is measured
@@ -371,6 +378,9 @@ class _Job(NamedTuple):
     pairs: np.ndarray | None = None  # pump: the chosen pair per set
     step: int = 0  # pump iteration
     seen: frozenset = frozenset()  # pump: pair choices already tried
+    # repair made from a node: the node's intervals, within which the pairs may move when
+    # these turn out infeasible (None: no alternatives, e.g. for an alternative itself)
+    origin: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _check_options(options: PWLOptions) -> None:
@@ -882,9 +892,35 @@ class _Solver:
         new_lo, new_hi = _pair_within(k, lo, hi)
         if np.array_equal(new_lo, lo) and np.array_equal(new_hi, hi):
             return None
-        return self._repair(new_lo, new_hi, warm)
+        return self._repair(new_lo, new_hi, warm, origin=(lo, hi))
 
-    def _repair(self, lo, hi, warm) -> _Job | None:
+    def _repair_alternatives(self, job: _Job, limit: int = REPAIR_ALTERNATIVES) -> list[_Job]:
+        """Repairs of ``job``'s pairs with one set's pair moved within the node's interval
+        (``job.origin``), at distance 1, 2, ... from its pair, every set at each distance,
+        at most ``min(limit, REPAIR_ALTERNATIVES)`` (pairs repaired before are skipped). For
+        a repair whose pairs came out infeasible; alternatives make none of their own."""
+        limit = min(limit, REPAIR_ALTERNATIVES)
+        if job.origin is None or limit <= 0:
+            return []
+        node_lo, node_hi = job.origin
+        # the pair's first breakpoint may sit at positions node_lo .. node_hi - 1 (a set
+        # held to one breakpoint has no other)
+        last = np.maximum(node_hi - 1, node_lo)
+        reach = int(np.max(np.maximum(job.lo - node_lo, last - job.lo), initial=0))
+        out: list[_Job] = []
+        for distance in range(1, reach + 1):
+            for s in range(job.lo.size):
+                for p in (job.lo[s] - distance, job.lo[s] + distance):
+                    if not node_lo[s] <= p <= last[s] or len(out) >= limit:
+                        continue
+                    lo, hi = job.lo.copy(), job.hi.copy()
+                    lo[s], hi[s] = p, min(p + 1, node_hi[s])
+                    alternative = self._repair(lo, hi, job.warm)
+                    if alternative is not None:
+                        out.append(alternative)
+        return out
+
+    def _repair(self, lo, hi, warm, origin=None) -> _Job | None:
         """A repair job over the pairs ``[lo, hi]``, or None for pairs repaired before or
         whose polish came out optimal (:attr:`polished`): the job's LP is the same, and it
         only feeds a polish of those pairs, which once optimal can give the incumbent
@@ -896,7 +932,7 @@ class _Solver:
             return None
         if len(self.repairs) < POLISH_MEMO:
             self.repairs.add(key)
-        return _Job("repair", -1, lo, hi, -math.inf, 0, None, warm)
+        return _Job("repair", -1, lo, hi, -math.inf, 0, None, warm, origin=origin)
 
     def _pump_costs(self, pairs: np.ndarray, step: int) -> np.ndarray:
         """Mass outside the pairs, plus a decaying share of the normalised true objective."""
@@ -1296,6 +1332,10 @@ class _Solver:
             objective = float(sol.objective[row])
             if st == Status.OPTIMAL and objective < self.incumbent:
                 self._offer(job.lo, job.hi, x, y, objective, elapsed)
+            elif st == Status.PRIMAL_INFEASIBLE:
+                # the queue stays bounded (node repairs join it only below batch_size)
+                room = max(self.options.batch_size, REPAIR_ALTERNATIVES) - len(self.heuristics)
+                self.heuristics.extend(self._repair_alternatives(job, room))
             return None
         if job.kind == "pump":
             if st in (Status.OPTIMAL, Status.ITERATION_LIMIT) and np.all(np.isfinite(x)):

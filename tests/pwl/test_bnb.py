@@ -1253,3 +1253,43 @@ def test_a_batch_of_one_keeps_the_heuristic_share(fraction):
     solution = solve_pwl(model, options)
     assert solution.status == MIPStatus.NODE_LIMIT and solution.rounds > 500
     assert 0.0 < solution.heuristic_share <= fraction + 0.03
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_with_one_sos2_set_an_infeasible_repair_tries_every_pair_the_node_allows(seed):
+    # minimise x with f(x) >= t and x >= a: the root's repair pair (segment or mass rule)
+    # can be infeasible while another segment holds the answer (test_pwl_in_a_constraint's
+    # model: x = 7.2 on the fourth segment, repair tried the second or the first); a repair
+    # whose pairs came out infeasible made no other, so repair found no point there
+    from jaxopt_suite.lp import solve_lp
+    from jaxopt_suite.pwl import bnb
+
+    rng = np.random.default_rng(seed)
+    segments = 7
+    m = PWLModel()
+    x = m.add_variable(0.0, 10.0, name="x")
+    breaks = np.linspace(0.0, 10.0, segments + 1)
+    f = m.add_pwl(x, breaks, rng.uniform(0.0, 5.0, segments + 1))
+    m.add_constraint({f: 1.0}, lower=3.0)
+    m.add_constraint({x: 1.0}, lower=float(rng.uniform(1.0, 4.0)))
+    m.minimize({x: 1.0})
+    comp = m.compile()
+    solver = bnb._Solver(m, comp, bnb.resolve_options(PWLOptions()))
+    root = solve_lp(comp.lp)
+    lo, hi = np.zeros(1, np.int32), (comp.set_size - 1).astype(np.int32)
+    job = solver._repair_job(lo, hi, root.x, None)
+    alternatives = solver._repair_alternatives(job)
+    assert {int(j.lo[0]) for j in [job, *alternatives]} == set(range(segments))
+    assert all(int(j.hi[0]) == int(j.lo[0]) + 1 for j in alternatives)
+    # nearest first; alternatives make none of their own, and pairs are tried once
+    assert [abs(int(j.lo[0]) - int(job.lo[0])) for j in alternatives] == sorted(
+        abs(int(j.lo[0]) - int(job.lo[0])) for j in alternatives
+    )
+    assert solver._repair_alternatives(alternatives[0]) == []
+    assert solver._repair_alternatives(job) == []
+    # a node interval narrower than the set (a fresh solver: those pairs were tried): only
+    # its pairs, all of them
+    fresh = bnb._Solver(m, comp, bnb.resolve_options(PWLOptions()))
+    narrow = fresh._repair_job(np.array([2], np.int32), np.array([5], np.int32), root.x, None)
+    pairs = {int(j.lo[0]) for j in [narrow, *fresh._repair_alternatives(narrow)]}
+    assert pairs == {2, 3, 4}
