@@ -1412,7 +1412,9 @@ class _Solver:
                 return None
             branchable = np.zeros(self.S, bool)  # fall through to a middle split
         elif leaf:
-            if st != Status.OPTIMAL:
+            # a leaf left without a usable point keeps its bound (an OPTIMAL status with a
+            # non-finite point as well: dropping it made the search claim INFEASIBLE)
+            if st != Status.OPTIMAL or not finite:
                 self.unresolved.append(bound)
             return None
         # branch
