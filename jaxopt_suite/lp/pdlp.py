@@ -925,16 +925,22 @@ def _warm_vector(name, value, size):
     return v
 
 
-def dual_bound(lp: LP, y: np.ndarray) -> tuple[float, np.ndarray]:
-    """``(bound, reduced costs)``: the Lagrangian lower bound of ``y`` (float64, below the
-    exact value of ``y`` by a rounding margin; see :func:`_dual_bounds`); ``-inf`` where
-    ``y`` is not finite."""
+def _checked_y(lp: LP, y: Any) -> np.ndarray:
+    """``y`` as a float64 vector of ``lp``'s rows, or the error naming what is wrong."""
     if not isinstance(lp, LP):
         raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
     y = _real("y", y)
     m = lp.A.shape[0]
     if y.shape != (m,):
         raise ValueError(f"y must have shape ({m},), got {y.shape}")
+    return y
+
+
+def dual_bound(lp: LP, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """``(bound, reduced costs)``: the Lagrangian lower bound of ``y`` (float64, below the
+    exact value of ``y`` by a rounding margin; see :func:`_dual_bounds`); ``-inf`` where
+    ``y`` is not finite."""
+    y = _checked_y(lp, y)
     bounds, lam = _dual_bounds(lp, lp.c[None], lp.var_lower[None], lp.var_upper[None], y[None])
     return float(bounds[0]), lam[0]
 
@@ -954,12 +960,8 @@ def infeasibility_bound(
     without an upper side), which would make the bound ``-inf``, are set to 0 first: the
     test holds for any ``y``. Use it on the ``y`` of a ``PRIMAL_INFEASIBLE`` solution (the
     dual ray); ``-inf`` where ``y`` is not finite."""
-    if not isinstance(lp, LP):
-        raise TypeError(f"lp must be an LP, got {type(lp).__name__}")
-    y = _real("y", y)
-    m, n = lp.A.shape
-    if y.shape != (m,):
-        raise ValueError(f"y must have shape ({m},), got {y.shape}")
+    y = _checked_y(lp, y)
+    n = lp.A.shape[1]
     lower = lp.var_lower if var_lower is None else _real("var_lower", var_lower)
     upper = lp.var_upper if var_upper is None else _real("var_upper", var_upper)
     for name, value in (("var_lower", lower), ("var_upper", upper)):

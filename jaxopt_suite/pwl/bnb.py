@@ -911,13 +911,15 @@ class _Solver:
         for distance in range(1, reach + 1):
             for s in range(job.lo.size):
                 for p in (job.lo[s] - distance, job.lo[s] + distance):
-                    if not node_lo[s] <= p <= last[s] or len(out) >= limit:
+                    if not node_lo[s] <= p <= last[s]:
                         continue
                     lo, hi = job.lo.copy(), job.hi.copy()
                     lo[s], hi[s] = p, min(p + 1, node_hi[s])
                     alternative = self._repair(lo, hi, job.warm)
                     if alternative is not None:
                         out.append(alternative)
+                        if len(out) == limit:  # (the loop ran on over every set)
+                            return out
         return out
 
     def _repair(self, lo, hi, warm, origin=None) -> _Job | None:
