@@ -28,7 +28,14 @@ the batch a few evaluation periods, and reads the slots that stopped:
   nearest positions first, every set in turn (at most :data:`REPAIR_ALTERNATIVES`): with
   one SOS2 set of up to that many segments, every pair the node allows is tried, so repair
   finds a PWL point of the node whenever one exists; with several sets, only those one
-  move away (a PWL point may need a move in every set, which no bounded search covers);
+  move away. A PWL point may need a move in every set, so with several sets (and while
+  there is no incumbent) such a node also starts a repair dive, one at a time: a
+  depth-first search whose jobs hold the most violated set of their parent's point to one
+  pair, tried in the order of that point's mass, and move the last fixed set to its next
+  pair when an LP is infeasible. It visits every choice of pairs its LPs do not rule out,
+  so it ends at a PWL point of the node whenever one exists, unless it first spends its
+  :data:`REPAIR_DIVE` LPs (which covers every choice on models of three sets of seven
+  pairs; a larger model's dive can stop short);
 - feasibility-pump jobs: the node's polytope with the objective replaced by the lambda mass
   outside a chosen pair per set (plus a decaying share of the true objective); a point
   with no such mass is sent to repair, else the pairs are re-chosen from it, and a repeated
@@ -169,6 +176,9 @@ PROJECTION_TRIES = 4
 POLISH_MEMO = 100_000
 # repairs queued after a repair's pairs came out infeasible (one set's pair moved each)
 REPAIR_ALTERNATIVES = 32
+# the LPs a repair dive may solve (_Solver._dive_start): with 3 sets of 7 pairs each, its
+# whole tree is at most 7 + 49 + 343 = 399 LPs, so on such a model it is complete
+REPAIR_DIVE = 400
 
 # The objective scale (objective_scale): a node LP stops on PDLP's relative KKT test, whose
 # gap term is |p - d| <= tolerance * (1 + |p| + |d|) and whose dual residual is measured
@@ -367,7 +377,7 @@ def _pair_within(k: np.ndarray, lo: np.ndarray, hi: np.ndarray):
 
 
 class _Job(NamedTuple):
-    kind: str  # "node", "repair", "pump"
+    kind: str  # "node", "repair", "pump", "dive"
     node: int  # store row of a node job; -1 otherwise
     lo: np.ndarray
     hi: np.ndarray
@@ -381,6 +391,10 @@ class _Job(NamedTuple):
     # repair made from a node: the node's intervals, within which the pairs may move when
     # these turn out infeasible (None: no alternatives, e.g. for an alternative itself)
     origin: tuple[np.ndarray, np.ndarray] | None = None
+    # dive: per fixed set, outermost first, (set, its interval before the fix, the pair
+    # positions not yet tried), and the LPs the dive may still solve
+    stack: tuple = ()
+    left: int = 0
 
 
 def _check_options(options: PWLOptions) -> None:
@@ -532,6 +546,7 @@ class _Solver:
         # incumbent), so the reported bound never exceeds it
         self.closed = math.inf
         self.heuristics: list[_Job] = []
+        self.diving = False  # a repair dive is under way (one at a time)
         # bounds of the node jobs in flight or not yet processed, by slot
         self.running: dict[int, float] = {}
         self.polish_failures = 0
@@ -936,6 +951,67 @@ class _Solver:
             self.repairs.add(key)
         return _Job("repair", -1, lo, hi, -math.inf, 0, None, warm, origin=origin)
 
+    # -- repair dive: a depth-first search over pair choices, complete within REPAIR_DIVE
+
+    def _dive_start(self, lo, hi, x: np.ndarray, warm) -> _Job | None:
+        """The first job of a repair dive in the node ``[lo, hi]`` whose LP point is ``x``
+        (started where a repair's pairs came out infeasible, :meth:`_process`). Each job
+        holds the most violated set of its parent's point to one pair, tried in the order
+        of the point's pair mass; an infeasible job moves the last fixed set to its next
+        pair, and a set out of pairs is freed and the set fixed before it moves on. So the
+        dive visits every choice of pairs that its LPs do not rule out: it ends at a PWL
+        point of the node (up to the LPs' tolerance) whenever one exists, unless it first
+        spends its :data:`REPAIR_DIVE` LPs. None when ``x`` is SOS2 already."""
+        return self._dive_fix(np.asarray(lo, np.int32), np.asarray(hi, np.int32), x, (),
+                              REPAIR_DIVE, warm)  # fmt: skip
+
+    def _dive_fix(self, lo, hi, x, stack, left, warm) -> _Job | None:
+        """A deeper job: the most violated set of ``x`` held to its pairs; None when ``x``
+        is SOS2 in every set."""
+        lam = self._lambda_table(x)
+        first, last, _, violation = sos2_structure(lam, self.options.sos2_tolerance)
+        violated = (last - first) >= 2
+        if not np.any(violated):
+            return None
+        s = int(np.argmax(np.where(violated, violation, -1.0)))
+        a, b = int(lo[s]), int(hi[s])  # b - a >= 2: the point spans three columns
+        positions = np.arange(a, b)
+        mass = lam[s, positions] + lam[s, positions + 1]
+        order = positions[np.argsort(-mass, kind="stable")]
+        stack = (*stack, (s, a, b, tuple(int(p) for p in order)))
+        return self._dive_next(lo, hi, stack, left, warm)
+
+    def _dive_next(self, lo, hi, stack, left, warm) -> _Job | None:
+        """The job with the innermost fixed set moved to its next untried pair (a set out of
+        pairs gets its interval back, and the set before it moves); None when every choice
+        was tried or the dive's LPs are spent."""
+        lo, hi = np.array(lo, np.int32), np.array(hi, np.int32)
+        while stack:
+            s, a, b, untried = stack[-1]
+            if untried:
+                if left <= 0:
+                    return None
+                p = untried[0]
+                stack = (*stack[:-1], (s, a, b, untried[1:]))
+                lo[s], hi[s] = p, min(p + 1, b)
+                return _Job("dive", -1, lo, hi, -math.inf, 0, None, warm,
+                            stack=stack, left=left - 1)  # fmt: skip
+            lo[s], hi[s] = a, b
+            stack = stack[:-1]
+        return None
+
+    def _dive_step(self, job: _Job, status: Status, x: np.ndarray) -> tuple[str, _Job | None]:
+        """What a dive job's LP answer leads to: ``("point", None)`` when it is optimal and
+        SOS2 in every set (a PWL point, to be offered), else ``("next", job)`` with the
+        next job of the dive (deeper from an optimal point, the next pair otherwise; None:
+        the dive is over)."""
+        if status == Status.OPTIMAL and np.all(np.isfinite(x)):
+            first, last, _, _ = sos2_structure(self._lambda_table(x), self.options.sos2_tolerance)
+            if np.all(last - first <= 1):
+                return "point", None
+            return "next", self._dive_fix(job.lo, job.hi, x, job.stack, job.left, job.warm)
+        return "next", self._dive_next(job.lo, job.hi, job.stack, job.left, job.warm)
+
     def _pump_costs(self, pairs: np.ndarray, step: int) -> np.ndarray:
         """Mass outside the pairs, plus a decaying share of the normalised true objective."""
         costs = np.zeros(self.lp.num_cols)
@@ -1338,6 +1414,38 @@ class _Solver:
                 # the queue stays bounded (node repairs join it only below batch_size)
                 room = max(self.options.batch_size, REPAIR_ALTERNATIVES) - len(self.heuristics)
                 self.heuristics.extend(self._repair_alternatives(job, room))
+                # with several sets, a PWL point may need a move in each: while there is no
+                # incumbent, a dive searches the node's pairs (one dive at a time)
+                node_x = None if job.warm is None else job.warm[0]
+                if (
+                    self.S >= 2
+                    and job.origin is not None
+                    and node_x is not None
+                    and not self.diving
+                    and not math.isfinite(self.incumbent)
+                ):
+                    dive = self._dive_start(*job.origin, node_x, job.warm)
+                    if dive is not None:
+                        self.heuristics.append(dive)
+                        self.diving = True
+            return None
+        if job.kind == "dive":
+            if math.isfinite(self.incumbent):  # the dive's purpose is met
+                self.diving = False
+                return None
+            outcome, nxt = self._dive_step(job, st, x)
+            if outcome == "point":
+                lo, hi = self._candidate_intervals(x, job.lo, job.hi)
+                verdict, _ = self._offer(lo, hi, x, y, float(sol.objective[row]), elapsed)
+                if verdict != "rejected":
+                    self.diving = False
+                    return None
+                # not a PWL point after all (its polished LP is infeasible): the next pair
+                nxt = self._dive_next(job.lo, job.hi, job.stack, job.left, job.warm)
+            if nxt is None:
+                self.diving = False
+            else:
+                self.heuristics.append(nxt)
             return None
         if job.kind == "pump":
             if st in (Status.OPTIMAL, Status.ITERATION_LIMIT) and np.all(np.isfinite(x)):

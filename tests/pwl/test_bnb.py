@@ -1293,3 +1293,103 @@ def test_with_one_sos2_set_an_infeasible_repair_tries_every_pair_the_node_allows
     narrow = fresh._repair_job(np.array([2], np.int32), np.array([5], np.int32), root.x, None)
     pairs = {int(j.lo[0]) for j in [narrow, *fresh._repair_alternatives(narrow)]}
     assert pairs == {2, 3, 4}
+
+
+def _coupled_model(seed, functions=3, segments=6):
+    """Minimise the sum of the arguments with each PWL output held above a level, and the
+    outputs of neighbours above another, the arguments over random floors and under a
+    budget. The relaxation meets the rows with the upper envelope, mixing breakpoints far
+    apart, so the pairs a repair takes from its point are often infeasible in several sets
+    at once: a PWL point then needs another pair in each (the one-set model of
+    test_with_one_sos2_set_an_infeasible_repair_tries_every_pair_the_node_allows, coupled)."""
+    rng = np.random.default_rng(seed)
+    m = PWLModel(f"coupled{seed}")
+    xs, zs = [], []
+    for i in range(functions):
+        x = m.add_variable(0.0, 10.0, name=f"x{i}")
+        breaks = np.linspace(0.0, 10.0, segments + 1)
+        z = m.add_pwl(x, breaks, rng.uniform(0.0, 5.0, segments + 1))
+        m.add_constraint({z: 1.0}, lower=float(rng.uniform(1.0, 3.5)))
+        m.add_constraint({x: 1.0}, lower=float(rng.uniform(0.5, 3.0)))
+        xs.append(x)
+        zs.append(z)
+    for i in range(functions - 1):
+        m.add_constraint({zs[i]: 1.0, zs[i + 1]: 1.0}, lower=float(rng.uniform(3.0, 6.5)))
+    m.add_constraint({x: 1.0 for x in xs}, upper=float(rng.uniform(12.0, 24.0)))
+    m.minimize({x: 1.0 for x in xs})
+    return m
+
+
+def test_with_several_sets_a_repair_dive_finds_a_point_whenever_the_node_holds_one():
+    # a repair's pairs, and every pair one move away, can all be infeasible while the node
+    # holds a PWL point that needs other pairs in several sets ("beyond_repair"): the
+    # alternatives of test_with_one_sos2_set_an_infeasible_repair_tries_every_pair_the_node_
+    # allows do not reach it. The dive searches every pair choice its LPs do not rule out;
+    # here its jobs are solved one by one to a tight tolerance, and whether it ends at a
+    # PWL point is compared with HiGHS on every choice of one pair per set in the node
+    from jaxopt_suite.lp import LP, Status, solve_lp
+    from jaxopt_suite.pwl import bnb
+
+    rng = np.random.default_rng(100)
+    tight = LPOptions(tolerance=1e-9, max_iterations=200_000)
+    outcomes = {"found": 0, "none": 0, "beyond_repair": 0}
+    for trial in range(48):
+        model = _coupled_model(trial)
+        comp = model.compile()
+        lp = comp.lp
+        solver = bnb._Solver(model, comp, bnb.resolve_options(PWLOptions()))
+        solve = held_lp(comp)
+        # the root, or a random node: each set's interval a random run of at least three
+        # breakpoints
+        lo = np.zeros(comp.num_sets, np.int32)
+        hi = (comp.set_size - 1).astype(np.int32)
+        for s in range(comp.num_sets if trial % 2 else 0):
+            a = int(rng.integers(0, comp.set_size[s] - 2))
+            lo[s], hi[s] = a, int(rng.integers(a + 2, comp.set_size[s]))
+
+        def restricted(lo_, hi_, solver=solver, lp=lp):
+            lower, upper = solver._bounds(lo_, hi_)
+            return LP(lp.c, lp.A, lp.row_lower, lp.row_upper, lower, upper), upper
+
+        node_lp, _ = restricted(lo, hi)
+        node = solve_lp(node_lp, tight)
+        if node.status != Status.OPTIMAL:
+            continue
+        # HiGHS on every choice of one pair per set inside the node
+        choices = itertools.product(*[range(lo[s], hi[s]) for s in range(comp.num_sets)])
+        exists = any(
+            math.isfinite(solve(restricted(np.array(p), np.array(p) + 1)[1])) for p in choices
+        )
+        first, last, _, _ = sos2_structure(comp.lambdas(node.x), 1e-9)
+        if np.all(last - first <= 1):
+            continue  # the node's own point is SOS2: nothing to repair
+        repair = solver._repair_job(lo, hi, node.x, None)
+        pairs_ok = repair is not None and solve_lp(restricted(repair.lo, repair.hi)[0], tight)
+        if repair is not None and pairs_ok.status == Status.PRIMAL_INFEASIBLE:
+            alternatives = solver._repair_alternatives(repair._replace(origin=(lo, hi)))
+            if exists and all(
+                solve_lp(restricted(j.lo, j.hi)[0], tight).status != Status.OPTIMAL
+                for j in alternatives
+            ):
+                outcomes["beyond_repair"] += 1
+        job, point, solves = solver._dive_start(lo, hi, node.x, None), None, 0
+        while job is not None:
+            assert np.all(job.lo >= lo) and np.all(job.hi <= hi)
+            sol = solve_lp(restricted(job.lo, job.hi)[0], tight)
+            solves += 1
+            outcome, job = solver._dive_step(job, sol.status, np.asarray(sol.x))
+            if outcome == "point":
+                point = np.asarray(sol.x)
+                break
+        assert solves <= bnb.REPAIR_DIVE
+        assert (point is not None) == exists, trial
+        if point is not None:
+            first, last, _, _ = sos2_structure(comp.lambdas(point), 1e-9)
+            assert np.all(last - first <= 1)
+            assert model.check(comp.model_values(point)) <= 1e-6
+            outcomes["found"] += 1
+        else:
+            outcomes["none"] += 1
+    # (48 models, this key: 31 points found, 3 nodes without one, 7 found only by the dive)
+    assert outcomes["found"] >= 20 and outcomes["none"] >= 1, outcomes
+    assert outcomes["beyond_repair"] >= 3, outcomes
