@@ -36,7 +36,6 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
-from scipy.optimize import linprog
 
 from benchmarks.harness import Progress, SuiteResult, SummaryRow, Target
 from jaxopt_suite.lp import (
@@ -51,6 +50,7 @@ from jaxopt_suite.lp import (
     solve_lp_batch,
     write_mps,
 )
+from jaxopt_suite.lp.reference import linprog_highs
 from pallas_kernels import BlockELL, BlockSizes, bsr_spmm_reference
 
 TOLERANCE = 1e-4
@@ -75,33 +75,13 @@ def _instances(quick):
     ]
 
 
-def _highs(lp: LP, method: str, presolve: bool = True):
+def _highs(lp: LP, method: str):
     """``(objective or nan, seconds, linprog status)``. A status of 2 (infeasible) is
     checked again without presolve (its "infeasible" can stand for "infeasible or
-    unbounded"), outside the timing."""
-    eq = lp.row_lower == lp.row_upper
-    up = np.isfinite(lp.row_upper) & ~eq
-    dn = np.isfinite(lp.row_lower) & ~eq
-    start = time.perf_counter()
-    result = linprog(
-        lp.c,
-        A_ub=sp.vstack([lp.A[up], -lp.A[dn]]),
-        b_ub=np.concatenate([lp.row_upper[up], -lp.row_lower[dn]]),
-        A_eq=lp.A[eq],
-        b_eq=lp.row_lower[eq],
-        bounds=list(zip(lp.var_lower, lp.var_upper, strict=True)),
-        method=method,
-        options={"presolve": presolve},
-    )
-    seconds = time.perf_counter() - start
-    if result.status == 2 and presolve:
-        objective, _, status = _highs(lp, method, presolve=False)
-        return objective, seconds, status
-    return (
-        result.fun + lp.objective_offset if result.status == 0 else math.nan,
-        seconds,
-        result.status,
-    )
+    unbounded"), outside the timing (:func:`jaxopt_suite.lp.reference.linprog_highs`)."""
+    result, seconds = linprog_highs(lp, method=method)
+    objective = result.fun + lp.objective_offset if result.status == 0 else math.nan
+    return objective, seconds, result.status
 
 
 def _mpax(lp: LP):
