@@ -45,3 +45,28 @@ def test_only_a_proof_at_the_gap_counts_as_solved_and_early_stops_take_the_whole
     assert suite.time_to_proof(stopped, "ours", 20.0) == 20.0
     assert suite.time_to_proof(stopped, "highs", 20.0) == 20.0
     assert suite.time_to_proof(row("OPTIMAL", 0.0, 25.0), "ours", 20.0) == 20.0
+
+
+def test_throughput_warms_every_batch_size_then_alternates_them_and_reports_the_median(
+    monkeypatch,
+):
+    # one run per B, each right after its own warm-up, put minutes of the machine's load
+    # into single batch sizes (B=64 / B=1: 7.41 in a suite run, 10.2 to 11.6 in fresh
+    # processes on the same machine); rounds that alternate them spread it over all
+    calls = []
+    rates = iter([50.0, 400.0, 70.0, 700.0, 60.0, 650.0])
+    monkeypatch.setattr(suite, "_warm_up", lambda model, seconds, B: calls.append(("warm", B)))
+
+    def ours(model, seconds, B):
+        calls.append(("timed", B))
+        return {"nodes_per_second": next(rates), "B": B}
+
+    monkeypatch.setattr(suite, "_ours", ours)
+    out = suite._throughput(None, 15.0, (1, 64), 3)
+    assert calls == [("warm", 1), ("warm", 64)] + [("timed", 1), ("timed", 64)] * 3
+    assert out["1"]["nodes_per_second"] == 60.0 and out["64"]["nodes_per_second"] == 650.0
+    assert out["1"]["nodes_per_second_runs"] == [50.0, 70.0, 60.0]
+    assert out["64"]["nodes_per_second_runs"] == [400.0, 700.0, 650.0]
+    # an even count takes the lower middle run
+    two = suite._median_run([{"nodes_per_second": 3.0}, {"nodes_per_second": 1.0}])
+    assert two["nodes_per_second"] == 1.0
