@@ -50,9 +50,8 @@ def test_only_a_proof_at_the_gap_counts_as_solved_and_early_stops_take_the_whole
 def test_throughput_warms_every_batch_size_then_alternates_them_and_reports_the_median(
     monkeypatch,
 ):
-    # one run per B, each right after its own warm-up, put minutes of the machine's load
-    # into single batch sizes (B=64 / B=1: 7.41 in a suite run, 10.2 to 11.6 in fresh
-    # processes on the same machine); rounds that alternate them spread it over all
+    # every B is warmed up first, then the rounds alternate the batch sizes, so that a
+    # change in the machine's load shows as spread between a B's runs
     calls = []
     rates = iter([50.0, 400.0, 70.0, 700.0, 60.0, 650.0])
     monkeypatch.setattr(suite, "_warm_up", lambda model, seconds, B: calls.append(("warm", B)))
