@@ -1004,7 +1004,9 @@ class _Solver:
         """What a dive job's LP answer leads to: ``("point", None)`` when it is optimal and
         SOS2 in every set (a PWL point, to be offered), else ``("next", job)`` with the
         next job of the dive (deeper from an optimal point, the next pair otherwise; None:
-        the dive is over)."""
+        the dive is over). An LP stopped without an answer (its iteration or time limit)
+        is passed over as an infeasible one is: the dive's completeness holds for LPs that
+        finish."""
         if status == Status.OPTIMAL and np.all(np.isfinite(x)):
             first, last, _, _ = sos2_structure(self._lambda_table(x), self.options.sos2_tolerance)
             if np.all(last - first <= 1):
