@@ -42,8 +42,9 @@ def env():
 
 
 # Seeds trained together; the limit must hold on all but one of them. Training on this
-# task is chaotic in the float rounding: which seed settles where changes with the CPU (its
-# cache sizes set XLA's reduction orders, not only its instruction set). On a 2-core Intel
+# task is chaotic in the float rounding: which seed settles where changes with the CPU, and
+# not through its instruction set alone (--xla_cpu_max_isa did not change seed 1's outcome
+# on the machine below; what else does, was not found). On a 2-core Intel
 # Xeon with AVX-512, seed 1 settled on a path that touches a hazard at a max cost of 0.058
 # to 0.126 (by the flags: the test suite's or XLA's defaults; AVX-512, AVX2 or SSE4.2),
 # taking an accepted recovery step every iteration without getting back under 0.05, while
