@@ -1393,3 +1393,31 @@ def test_with_several_sets_a_repair_dive_finds_a_point_whenever_the_node_holds_o
     # (48 models, this key: 31 points found, 3 nodes without one, 7 found only by the dive)
     assert outcomes["found"] >= 20 and outcomes["none"] >= 1, outcomes
     assert outcomes["beyond_repair"] >= 3, outcomes
+
+
+def test_a_dive_stops_at_its_budget_and_runs_inside_the_search(monkeypatch):
+    from jaxopt_suite.lp import solve_lp
+    from jaxopt_suite.pwl import bnb
+
+    model = _coupled_model(9)
+    comp = model.compile()
+    solver = bnb._Solver(model, comp, bnb.resolve_options(PWLOptions()))
+    lo, hi = np.zeros(comp.num_sets, np.int32), (comp.set_size - 1).astype(np.int32)
+    root = solve_lp(comp.lp)
+    job = solver._dive_start(lo, hi, np.asarray(root.x), None)
+    assert job is not None and job.left == bnb.REPAIR_DIVE - 1
+    # every remaining pair of the fixed set is tried while LPs are left, then none
+    s, a, b, untried = job.stack[-1]
+    assert (a, b) == (lo[s], hi[s]) and len(untried) == b - a - 1
+    assert solver._dive_next(job.lo, job.hi, job.stack, 0, None) is None
+    nxt = solver._dive_next(job.lo, job.hi, job.stack, 1, None)
+    assert nxt.left == 0 and nxt.lo[s] == untried[0] and nxt.hi[s] == untried[0] + 1
+    # in solve_pwl: this model's root repair is infeasible, and the dive's jobs run
+    steps = []
+    step = bnb._Solver._dive_step
+    monkeypatch.setattr(
+        bnb._Solver, "_dive_step", lambda self, *a: steps.append(1) or step(self, *a)
+    )
+    sol = solve_pwl(model, PWLOptions(batch_size=8, pump=False, node_limit=400))
+    assert steps and sol.status == MIPStatus.OPTIMAL
+    assert sol.objective == pytest.approx(brute_force(model), rel=1e-4)
