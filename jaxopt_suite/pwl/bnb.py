@@ -962,18 +962,25 @@ class _Solver:
         dive visits every choice of pairs that its LPs do not rule out: it ends at a PWL
         point of the node (up to the LPs' tolerance) whenever one exists, unless it first
         spends its :data:`REPAIR_DIVE` LPs. None when ``x`` is SOS2 already."""
-        return self._dive_fix(np.asarray(lo, np.int32), np.asarray(hi, np.int32), x, (),
+        lam, s = self._most_violated(x)
+        if s is None:
+            return None
+        return self._dive_fix(np.asarray(lo, np.int32), np.asarray(hi, np.int32), lam, s, (),
                               REPAIR_DIVE, warm)  # fmt: skip
 
-    def _dive_fix(self, lo, hi, x, stack, left, warm) -> _Job | None:
-        """A deeper job: the most violated set of ``x`` held to its pairs; None when ``x``
-        is SOS2 in every set."""
+    def _most_violated(self, x: np.ndarray) -> tuple[np.ndarray, int | None]:
+        """``x``'s lambda table and its most violated set (lambdas over more than two
+        adjacent columns), None when ``x`` is SOS2 in every set."""
         lam = self._lambda_table(x)
         first, last, _, violation = sos2_structure(lam, self.options.sos2_tolerance)
         violated = (last - first) >= 2
         if not np.any(violated):
-            return None
-        s = int(np.argmax(np.where(violated, violation, -1.0)))
+            return lam, None
+        return lam, int(np.argmax(np.where(violated, violation, -1.0)))
+
+    def _dive_fix(self, lo, hi, lam, s: int, stack, left, warm) -> _Job | None:
+        """A deeper job: set ``s`` (violated in the lambda table ``lam``) held to its
+        pairs."""
         a, b = int(lo[s]), int(hi[s])  # b - a >= 2: the point spans three columns
         positions = np.arange(a, b)
         mass = lam[s, positions] + lam[s, positions + 1]
@@ -1000,6 +1007,10 @@ class _Solver:
             stack = stack[:-1]
         return None
 
+    def _dive_onward(self, job: _Job) -> _Job | None:
+        """The next job after ``job`` ruled its pairs out (:meth:`_dive_next`)."""
+        return self._dive_next(job.lo, job.hi, job.stack, job.left, job.warm)
+
     def _dive_step(self, job: _Job, status: Status, x: np.ndarray) -> tuple[str, _Job | None]:
         """What a dive job's LP answer leads to: ``("point", None)`` when it is optimal and
         SOS2 in every set (a PWL point, to be offered), else ``("next", job)`` with the
@@ -1008,11 +1019,11 @@ class _Solver:
         is passed over as an infeasible one is: the dive's completeness holds for LPs that
         finish."""
         if status == Status.OPTIMAL and np.all(np.isfinite(x)):
-            first, last, _, _ = sos2_structure(self._lambda_table(x), self.options.sos2_tolerance)
-            if np.all(last - first <= 1):
+            lam, s = self._most_violated(x)
+            if s is None:
                 return "point", None
-            return "next", self._dive_fix(job.lo, job.hi, x, job.stack, job.left, job.warm)
-        return "next", self._dive_next(job.lo, job.hi, job.stack, job.left, job.warm)
+            return "next", self._dive_fix(job.lo, job.hi, lam, s, job.stack, job.left, job.warm)
+        return "next", self._dive_onward(job)
 
     def _pump_costs(self, pairs: np.ndarray, step: int) -> np.ndarray:
         """Mass outside the pairs, plus a decaying share of the normalised true objective."""
@@ -1443,7 +1454,7 @@ class _Solver:
                     self.diving = False
                     return None
                 # not a PWL point after all (its polished LP is infeasible): the next pair
-                nxt = self._dive_next(job.lo, job.hi, job.stack, job.left, job.warm)
+                nxt = self._dive_onward(job)
             if nxt is None:
                 self.diving = False
             else:
