@@ -253,6 +253,9 @@ class _Data(NamedTuple):
     var_lower_raw: jax.Array
     var_upper_raw: jax.Array
     eta: jax.Array
+    # a batch's tolerance per slot, (1, B) (batch_refill may tighten a slot's); None for
+    # one LP, whose tolerance is the limits' (_limits)
+    tolerance: jax.Array | None = None
 
 
 # the solver reads a lower side <= -INFINITE_BOUND or an upper one >= it as infinite
@@ -709,6 +712,8 @@ def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
     freq = int(options.eval_every)
     dtype = data.c.dtype
     tol, infeasibility_tol, max_iterations = limits
+    if data.tolerance is not None:  # a batch: each slot's own
+        tol = data.tolerance
 
     def body(s: _State) -> _State:
         x, y = _halpern_steps(
@@ -1050,7 +1055,15 @@ class LPBatchSolution(NamedTuple):
 
 
 # Fields of _Data that differ between the instances of a batch.
-_BATCHED_FIELDS = ("c", "var_lower", "var_upper", "c_raw", "var_lower_raw", "var_upper_raw")
+_BATCHED_FIELDS = (
+    "c",
+    "var_lower",
+    "var_upper",
+    "c_raw",
+    "var_lower_raw",
+    "var_upper_raw",
+    "tolerance",
+)
 
 
 def _batched_fields(data: _Data) -> dict:
@@ -1278,9 +1291,10 @@ class LPBatch(NamedTuple):
         return np.asarray(self.state.status).reshape(-1)
 
 
-def _scaled_rows(scaling: Scaling, dtype, lower, upper, costs, x0, y0) -> dict:
+def _scaled_rows(scaling: Scaling, dtype, lower, upper, costs, x0, y0, tolerance) -> dict:
     """The per-instance data fields and the starting point of instances given as host rows
-    ``(k, n)`` (``y0``: ``(k, m)``), in the solver's units and ``dtype``, still as rows."""
+    ``(k, n)`` (``y0``: ``(k, m)``; ``tolerance``: ``(k,)``), in the solver's units and
+    ``dtype``, still as rows."""
     s_b, s_c = scaling.bound, scaling.objective
     # the solver's reading of the bounds, as _solver_view's of the LP's; the batch keeps the
     # values given, which its dual bounds use
@@ -1295,16 +1309,17 @@ def _scaled_rows(scaling: Scaling, dtype, lower, upper, costs, x0, y0) -> dict:
         "var_upper_raw": upper,
         "x0": np.clip(scaling.scale_primal(x0), lower_s, upper_s),
         "y0": scaling.scale_dual(y0),
+        "tolerance": np.reshape(tolerance, (-1, 1)),
     }
     _representable("warm_start x", rows["x0"], dtype)
     _representable("warm_start y", rows["y0"], dtype)
     return {name: np.asarray(value, dtype) for name, value in rows.items()}
 
 
-def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0):
+def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0, tolerance):
     """The per-instance data fields and the fresh state of instances given as host rows
     ``(k, n)``, moved to the device in columns ``(n, k)``."""
-    rows = _scaled_rows(scaling, base.c.dtype, lower, upper, costs, x0, y0)
+    rows = _scaled_rows(scaling, base.c.dtype, lower, upper, costs, x0, y0, tolerance)
     fields = _fresh_batch(rows)
     state = fields.pop("state")
     return base._replace(**fields), state
@@ -1425,7 +1440,8 @@ def _start_inputs(lp, var_lower, var_upper, c, options, warm_start):
 def _batch_of(lp, options, base, scaling, inputs, started: float) -> LPBatch:
     """The batch of the checked host rows ``inputs`` (:func:`_start_inputs`), filled at
     ``started`` (a perf_counter time)."""
-    data, state = _scaled_batch(base, scaling, *inputs)
+    tolerance = np.full(inputs[0].shape[0], float(options.tolerance))
+    data, state = _scaled_batch(base, scaling, *inputs, tolerance)
     # the batch's own copies (the checked inputs may be the caller's arrays, or costs
     # broadcast read-only from the LP's): batch_refill(..., donate=True) writes into them
     lower, upper, costs = (np.array(a) for a in inputs[:3])
@@ -1476,6 +1492,7 @@ def batch_refill(
     *,
     warm_start: tuple[Any, Any] | None = None,
     objective_offset: Any = None,
+    tolerance: Any = None,
     donate: bool = False,
 ) -> LPBatch:
     """Puts new instances into ``slots`` (indices, shape ``(k,)``) with bounds ``(k, n)``,
@@ -1485,6 +1502,10 @@ def batch_refill(
     ``objective_offset``: each new instance's objective constant, one number or ``(k,)``
     (default ``lp.objective_offset``); a slot's objective and dual bound include its own
     (an instance whose costs are ``lp.c`` times a factor wants the offset times it too).
+
+    ``tolerance``: each new instance's ``options.tolerance`` (its relative KKT test), one
+    number or ``(k,)``, each finite and > 0 (default the batch's ``options.tolerance``): a
+    slot may be solved tighter (or looser) than the others, at no new compilation.
 
     ``donate=True``: the result reuses ``batch``'s arrays (its per-slot device arrays, and
     its host bounds, costs, fill times and offsets, written in place), so ``batch`` must
@@ -1501,6 +1522,7 @@ def batch_refill(
         batch.lp, var_lower, var_upper, c, warm_start, batch=slots.size
     )
     offsets = _slot_offsets(batch.lp, objective_offset, slots.size)
+    tolerances = _slot_tolerances(batch.options, tolerance, slots.size)
     if slots.size == 0:
         return batch
     base, scaling = _prepare(batch.lp, batch.options, batched=True)
@@ -1508,7 +1530,11 @@ def batch_refill(
     # compiles once); scaled before anything is written, as the scaling may still refuse
     # a warm start (then a donated batch is left as it was)
     padded = _pad_index(np.arange(slots.size))
-    rows = _scaled_rows(scaling, base.c.dtype, *(a[padded] for a in (lower, upper, costs, x0, y0)))
+    rows = _scaled_rows(
+        scaling,
+        base.c.dtype,
+        *(a[padded] for a in (lower, upper, costs, x0, y0, tolerances)),
+    )
     host = {name: getattr(batch, name) for name in _HOST_FIELDS}
     host = {name: a if donate and a.flags.writeable else a.copy() for name, a in host.items()}
     new = (lower, upper, costs, time.perf_counter(), offsets)  # in _HOST_FIELDS' order
@@ -1540,6 +1566,26 @@ def _slot_offsets(lp: LP, offset: Any, size: int) -> np.ndarray:
     if not np.all(np.isfinite(values)):
         bad = int(np.flatnonzero(~np.isfinite(values))[0])
         raise ValueError(f"objective_offset must be finite; entry {bad} is {values[bad]}")
+    return values
+
+
+def _slot_tolerances(options: LPOptions, tolerance: Any, size: int) -> np.ndarray:
+    """``(size,)`` float64 tolerances from ``tolerance`` (``None``: ``options``'; one number
+    or ``size`` of them), or a ValueError naming the first that is not finite and > 0."""
+    if tolerance is None:
+        return np.full(size, float(options.tolerance))
+    values = _real("tolerance", tolerance)
+    if values.ndim == 0:
+        values = np.full(size, float(values))
+    if values.shape != (size,):
+        raise ValueError(
+            f"tolerance must be one number or {size} (one per slot), got shape {values.shape}"
+        )
+    bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+    if bad.size:
+        raise ValueError(
+            f"tolerance must be finite and > 0; entry {int(bad[0])} is {values[bad[0]]}"
+        )
     return values
 
 

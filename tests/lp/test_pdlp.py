@@ -740,6 +740,43 @@ def test_refilled_slots_keep_their_own_objective_constant():
         batch_refill(batch, [0, 1], lower[:2], upper[:2], objective_offset=[1.0, np.nan])
 
 
+def test_a_refilled_slot_keeps_its_own_tolerance():
+    """A slot refilled with its own tolerance stops on it, the others on the batch's, and
+    each slot equals the same instance in a batch run at that tolerance throughout (it
+    moves with its slot through a resize, and the thread groups keep it too)."""
+    from jaxopt_suite.lp import (
+        batch_advance,
+        batch_refill,
+        batch_resize,
+        batch_solution,
+        batch_start,
+    )
+
+    lp = _feasible_lp(7, m=10, n=12)
+    lower, upper, costs = _perturbed_instances(lp, 3, columns=2, seed=2)
+    loose, tight = LPOptions(tolerance=1e-3), LPOptions(tolerance=1e-7)
+    with jax.enable_x64(True):
+        batch = batch_start(lp, lower, upper, costs, options=loose)
+        batch = batch_refill(batch, [1], lower[[1]], upper[[1]], costs[[1]], tolerance=1e-7)
+        batch = batch_resize(batch, [2, 1, 0], 4)  # slot 1 stays second
+        out = batch_solution(batch_advance(batch, threads=2))
+        alone_loose = solve_lp_batch(lp, lower, upper, costs, options=loose, threads=1)
+        alone_tight = solve_lp_batch(lp, lower, upper, costs, options=tight, threads=1)
+    assert np.all(out.status[:3] == Status.OPTIMAL)
+    for slot, b, want in ((0, 2, alone_loose), (1, 1, alone_tight), (2, 0, alone_loose)):
+        np.testing.assert_array_equal(out.x[slot], want.x[b])
+        assert out.iterations[slot] == want.iterations[b]
+    assert np.max(out.residuals[1]) <= 1e-7 < np.max(alone_loose.residuals[1])
+    assert out.iterations[1] > alone_loose.iterations[1]
+    for bad, message in (
+        (0.0, "tolerance must be finite and > 0; entry 0 is 0.0"),
+        ([1e-6, np.nan], "tolerance must be finite and > 0; entry 1 is nan"),
+        ([1e-6] * 3, r"tolerance must be one number or 2 \(one per slot\)"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            batch_refill(batch, [0, 1], lower[:2], upper[:2], tolerance=bad)
+
+
 def test_slot_arguments_are_indices():
     from jaxopt_suite.lp import (
         batch_advance,
