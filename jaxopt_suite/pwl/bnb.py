@@ -180,6 +180,11 @@ REPAIR_ALTERNATIVES = 32
 # whole tree is at most 7 + 49 + 343 = 399 LPs, so on such a model it is complete
 REPAIR_DIVE = 400
 
+# a node whose bound its LP's tolerance leaves just short of the cutoff is solved again
+# this many times tighter before it is branched (_Solver._tighten), down to
+# PWLOptions.polish_tolerance
+TIGHTEN_STEP = 10.0
+
 # The objective scale (objective_scale): a node LP stops on PDLP's relative KKT test, whose
 # gap term is |p - d| <= tolerance * (1 + |p| + |d|) and whose dual residual is measured
 # against 1 + ||c||. Where the relaxation's optimum is small (|p| << 1) the 1s dominate and a
@@ -395,6 +400,10 @@ class _Job(NamedTuple):
     # positions not yet tried), and the LPs the dive may still solve
     stack: tuple = ()
     left: int = 0
+    # node: the factor by which its LP is solved tighter than PWLOptions.lp's tolerance
+    tighter: float = 1.0
+    # node: solved once more, tighter (_Solver._tighten), not a new node of the tree
+    again: bool = False
 
 
 def _check_options(options: PWLOptions) -> None:
@@ -546,6 +555,8 @@ class _Solver:
         # incumbent), so the reported bound never exceeds it
         self.closed = math.inf
         self.heuristics: list[_Job] = []
+        # nodes to be solved again, tighter, before they are branched (_tighten)
+        self.tighten: list[_Job] = []
         self.diving = False  # a repair dive is under way (one at a time)
         # bounds of the node jobs in flight or not yet processed, by slot
         self.running: dict[int, float] = {}
@@ -887,6 +898,8 @@ class _Solver:
         values = [self.store.bound[self.store.open]]
         if running:
             values.append(np.asarray(running))
+        if self.tighten:
+            values.append(np.array([job.bound for job in self.tighten]))
         if self.unresolved:
             values.append(np.asarray(self.unresolved))
         values = np.concatenate(values) if values else np.array([])
@@ -1146,7 +1159,7 @@ class _Solver:
             busy = [i for i, job in enumerate(slots) if job is not None]
             busy_heuristics = sum(1 for i in busy if slots[i].kind != "node")
             waiting = min(len(self.heuristics), max(0, cap - busy_heuristics))
-            demand = len(busy) + waiting + self.store.count()
+            demand = len(busy) + waiting + len(self.tighten) + self.store.count()
             target = next((w for w in widths if w >= demand), B)
             if target != width:
                 batch = batch_resize(batch, busy, target)
@@ -1162,6 +1175,15 @@ class _Solver:
                 jobs.append(self.heuristics.pop(0))
                 room -= 1
             node_room = len(free) - len(jobs)
+            # nodes to solve again come first (they are not new nodes: no node limit); one
+            # that the incumbent has closed meanwhile is done
+            while self.tighten and node_room > 0:
+                job = self.tighten.pop(0)
+                if job.bound >= self._cutoff():
+                    self.closed = min(self.closed, job.bound)
+                    continue
+                jobs.append(job)
+                node_room -= 1
             if node_room > 0 and self.nodes < opts.node_limit:
                 dive = (
                     int(round(opts.dive_fraction * node_room))
@@ -1192,7 +1214,7 @@ class _Solver:
                 jobs.append(self.heuristics.pop(0))
             if jobs:
                 use = free[: len(jobs)]
-                lows, ups, costs, offsets, xs, ys = [], [], [], [], [], []
+                lows, ups, costs, offsets, xs, ys, tolerances = [], [], [], [], [], [], []
                 for job in jobs:
                     lo_b, up_b = self._bounds(job.lo, job.hi)
                     lows.append(lo_b)
@@ -1205,6 +1227,7 @@ class _Solver:
                         wy = wy * self.scale
                     costs.append(lp.c if job.costs is None else job.costs)
                     offsets.append(lp.objective_offset)
+                    tolerances.append(float(opts.lp.tolerance) / job.tighter)
                     xs.append(np.clip(wx, lo_b, up_b))
                     ys.append(wy)
                 batch = batch_refill(
@@ -1215,6 +1238,7 @@ class _Solver:
                     np.stack(costs),
                     warm_start=(np.stack(xs), np.stack(ys)),
                     objective_offset=np.array(offsets),
+                    tolerance=np.array(tolerances),
                     donate=True,  # the old batch is not used again
                 )
                 for i, job in zip(use, jobs, strict=True):
@@ -1467,7 +1491,7 @@ class _Solver:
                     self.heuristics.append(nxt)
             return None
         # node
-        self.nodes += 1
+        self.nodes += 0 if job.again else 1
         is_root = job.depth == 0 and self.nodes == 1
         if st == Status.PRIMAL_INFEASIBLE:
             # PDLP's test of the ray is first-order, at the data's scale; the node is
@@ -1492,6 +1516,8 @@ class _Solver:
             bound = max(bound, db)
         if bound >= self._cutoff():
             self.closed = min(self.closed, bound)
+            return None
+        if self._tighten(job, st, node_objective, db, bound, x, y):
             return None
         finite = np.all(np.isfinite(x))
         lam = self._lambda_table(x) if finite else None
@@ -1585,6 +1611,38 @@ class _Solver:
             for k in range(seeds):
                 self.heuristics.append(self._pump_job(job.lo, job.hi, x, (x, y), k))
         return None
+
+    def _tighten(self, job: _Job, st: Status, objective, db, bound, x, y) -> bool:
+        """Whether the node (its LP ended ``st`` with ``objective`` and safe bound ``db``,
+        the node's bound now ``bound``, point ``x`` and duals ``y`` in the model's units) is
+        queued to be solved again :data:`TIGHTEN_STEP` times tighter instead of being
+        settled or branched now.
+
+        A node LP stops at its tolerance: its objective and its safe bound may lie apart by
+        as much as the gap the search closes (``relative_gap`` is the default tolerance),
+        either above the other (a point a little infeasible has the lower objective). A
+        node whose optimum lies above the cutoff can then show a bound below it, and the
+        search branched on such nodes, or closed leaves with such bounds (which cap the
+        bound it reports), without end: portfolio instances stopped at gaps of 1.1e-4 to
+        2.8e-4, where a node tolerance of 1e-5 proved them at the root. So a node is solved
+        again when the cutoff lies within that spread above its bound (``cutoff - bound <=
+        |objective - db|``), warm started from its point, while the tolerance stays at or
+        above ``polish_tolerance`` (the precision the search asks of its LPs). The search
+        waits for it; storing its children at once instead explored them before the
+        re-solve ended and gained nothing."""
+        cutoff = self._cutoff()
+        tighter = job.tighter * TIGHTEN_STEP
+        if (
+            st != Status.OPTIMAL
+            or not (math.isfinite(objective) and math.isfinite(db) and math.isfinite(cutoff))
+            or cutoff - bound > abs(objective - db)
+            or float(self.options.lp.tolerance) / tighter
+            < float(self.options.polish_tolerance) * (1.0 - 1e-9)
+            or not np.all(np.isfinite(x))
+        ):
+            return False
+        self.tighten.append(job._replace(bound=bound, warm=(x, y), tighter=tighter, again=True))
+        return True
 
     def _projection_pairs(self, lp_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pairs :meth:`_repaired` holds each set's lambdas to: of ``lp_x``'s support
