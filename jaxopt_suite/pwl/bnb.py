@@ -42,7 +42,11 @@ the batch a few evaluation periods, and reads the slots that stopped:
   choice (a cycle) is perturbed. Only the objective changes, so pump jobs share the batch.
 
 Nodes are pruned with the safe Lagrangian dual bound of their LP
-(:func:`~jaxopt_suite.lp.dual_bound`), which holds however early the LP stopped. Once the
+(:func:`~jaxopt_suite.lp.dual_bound`), which holds however early the LP stopped. A node
+whose bound falls short of the cutoff by less than its LP's own spread (objective against
+safe bound) is solved again, ten times tighter, before it is settled or branched, down to
+``polish_tolerance`` (:meth:`_Solver._tighten`): the node tolerance is the gap the search
+closes, and such nodes were otherwise branched without end. Once the
 root is solved, the node LPs see the objective multiplied by a factor of at least 1
 (:func:`objective_scale`): PDLP's gap test has an absolute floor (its ``1 + |p| + |d|``),
 which for an optimum near 0.025 let node bounds trail their optima by forty times the gap
