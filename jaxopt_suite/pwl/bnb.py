@@ -1628,12 +1628,14 @@ class _Solver:
         node whose optimum lies above the cutoff can then show a bound below it, and the
         search branched on such nodes, or closed leaves with such bounds (which cap the
         bound it reports), without end: portfolio instances stopped at gaps of 1.1e-4 to
-        2.8e-4, where a node tolerance of 1e-5 proved them at the root. So a node is solved
-        again when the cutoff lies within that spread above its bound (``cutoff - bound <=
-        |objective - db|``), warm started from its point, while the tolerance stays at or
-        above ``polish_tolerance`` (the precision the search asks of its LPs). The search
-        waits for it; storing its children at once instead explored them before the
-        re-solve ended and gained nothing."""
+        2.8e-4, where node LPs at 1e-5 proved them with one or two nodes. So a node is
+        solved again when the cutoff lies within that spread above its bound (``cutoff -
+        bound <= |objective - db|``), warm started from its point, while the tolerance
+        stays at or above ``polish_tolerance`` (the precision the search asks of its LPs).
+        The search waits for it; storing its children at once instead explored them before
+        the re-solve ended and gained nothing. Not a leaf: its polish already solves it
+        tighter (:meth:`_polish`), and a re-solve that hit the iteration limit would leave
+        the leaf, solved before, unresolved."""
         cutoff = self._cutoff()
         tighter = job.tighter * TIGHTEN_STEP
         if (
@@ -1643,6 +1645,7 @@ class _Solver:
             or float(self.options.lp.tolerance) / tighter
             < float(self.options.polish_tolerance) * (1.0 - 1e-9)
             or not np.all(np.isfinite(x))
+            or bool(np.all(job.hi - job.lo <= 1))  # a leaf
         ):
             return False
         self.tighten.append(job._replace(bound=bound, warm=(x, y), tighter=tighter, again=True))

@@ -1424,11 +1424,11 @@ def test_a_dive_stops_at_its_budget_and_runs_inside_the_search(monkeypatch):
 
 
 def test_a_node_whose_bound_the_lp_tolerance_leaves_short_of_the_cutoff_is_solved_again():
-    """A node is queued to be solved again ten times tighter, instead of settled or
-    branched, exactly when the cutoff lies within its LP's spread (objective against safe
-    bound) above its bound, its LP ended OPTIMAL, and the tighter tolerance stays at or
-    above the polish tolerance; the queued job keeps the node and its point, and holds its
-    bound in the search's bound until it is solved."""
+    """A node (not a leaf) is queued to be solved again ten times tighter, instead of
+    settled or branched, exactly when the cutoff lies within its LP's spread (objective
+    against safe bound) above its bound, its LP ended OPTIMAL, and the tighter tolerance
+    stays at or above the polish tolerance; the queued job keeps the node and its point,
+    and holds its bound in the search's bound until it is solved."""
     from jaxopt_suite.lp import Status
     from jaxopt_suite.pwl.bnb import TIGHTEN_STEP, _Job, _Solver, resolve_options
 
@@ -1450,6 +1450,8 @@ def test_a_node_whose_bound_the_lp_tolerance_leaves_short_of_the_cutoff_is_solve
     assert not tighten(Status.OPTIMAL, 10.0, 9.99)  # cutoff - bound 0.019 > spread 0.01
     assert not tighten(Status.ITERATION_LIMIT, 10.0, 9.98)
     assert not tighten(Status.OPTIMAL, 10.0, 9.98, point=np.full(n, np.nan))
+    leaf = job._replace(hi=np.minimum(lo + 1, hi))  # a pair (or a segment) per set
+    assert not tighten(Status.OPTIMAL, 10.0, 9.98, node=leaf)
     assert not solver.tighten
     # the spread may lie either way round (a point a little infeasible has the lower
     # objective): 0.02 >= 0.019 both times

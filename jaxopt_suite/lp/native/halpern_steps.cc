@@ -171,9 +171,11 @@ void Columns(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_
 // 1200 nonzeros, 256 steps, a 2-core Intel Xeon with AVX-512), and 3.6 us once the batched
 // path grew: the compiler's choices for its loops changed with what surrounds them.
 template <typename T>
-__attribute__((noinline)) void Single(Csr at, const T* at_data, Csr a, const T* a_data, int64_t n, int64_t m,
-            const T* c, const T* lv, const T* uv, const T* lr, const T* ur, const T* x0,
-            const T* y0, T tau, T sigma, T inner, T* x, T* y, T* scratch, int64_t steps) {
+__attribute__((noinline)) void Single(Csr at, const T* at_data, Csr a, const T* a_data,
+                                      int64_t n, int64_t m, const T* c, const T* lv,
+                                      const T* uv, const T* lr, const T* ur, const T* x0,
+                                      const T* y0, T tau, T sigma, T inner, T* x, T* y,
+                                      T* scratch, int64_t steps) {
   T* x_bar = scratch;  // holds A^T y, then x_bar, row by row
   T* ax = scratch + n;
   const T sigma_inv = T(1) / sigma;
