@@ -1550,43 +1550,40 @@ def batch_refill(
     return batch._replace(data=batch.data._replace(**fields), state=state, **host)
 
 
-def _slot_offsets(lp: LP, offset: Any, size: int) -> np.ndarray:
-    """``(size,)`` float64 objective constants from ``offset`` (``None``: the LP's; one
-    number or ``size`` of them), or a ValueError."""
-    if offset is None:
-        return np.full(size, float(lp.objective_offset))
-    values = _real("objective_offset", offset)
+def _per_slot(name: str, value: Any, default: float, size: int, ok, expected: str):
+    """``(size,)`` float64 values of the argument ``name``: ``default`` for every slot when
+    ``value`` is None, else one number or ``size`` of them; a ValueError names the first
+    for which ``ok`` fails (``expected``: what each must be)."""
+    if value is None:
+        return np.full(size, float(default))
+    values = _real(name, value)
     if values.ndim == 0:
         values = np.full(size, float(values))
     if values.shape != (size,):
         raise ValueError(
-            f"objective_offset must be one number or {size} (one per slot), got shape "
-            f"{values.shape}"
+            f"{name} must be one number or {size} (one per slot), got shape {values.shape}"
         )
-    if not np.all(np.isfinite(values)):
-        bad = int(np.flatnonzero(~np.isfinite(values))[0])
-        raise ValueError(f"objective_offset must be finite; entry {bad} is {values[bad]}")
+    bad = np.flatnonzero(~ok(values))
+    if bad.size:
+        raise ValueError(f"{name} must be {expected}; entry {int(bad[0])} is {values[bad[0]]}")
     return values
+
+
+def _slot_offsets(lp: LP, offset: Any, size: int) -> np.ndarray:
+    """The slots' objective constants (``None``: the LP's), each finite."""
+    return _per_slot("objective_offset", offset, lp.objective_offset, size, np.isfinite, "finite")
 
 
 def _slot_tolerances(options: LPOptions, tolerance: Any, size: int) -> np.ndarray:
-    """``(size,)`` float64 tolerances from ``tolerance`` (``None``: ``options``'; one number
-    or ``size`` of them), or a ValueError naming the first that is not finite and > 0."""
-    if tolerance is None:
-        return np.full(size, float(options.tolerance))
-    values = _real("tolerance", tolerance)
-    if values.ndim == 0:
-        values = np.full(size, float(values))
-    if values.shape != (size,):
-        raise ValueError(
-            f"tolerance must be one number or {size} (one per slot), got shape {values.shape}"
-        )
-    bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
-    if bad.size:
-        raise ValueError(
-            f"tolerance must be finite and > 0; entry {int(bad[0])} is {values[bad[0]]}"
-        )
-    return values
+    """The slots' tolerances (``None``: ``options.tolerance``), each finite and > 0."""
+    return _per_slot(
+        "tolerance",
+        tolerance,
+        options.tolerance,
+        size,
+        lambda v: np.isfinite(v) & (v > 0),
+        "finite and > 0",
+    )
 
 
 PARKED = -2  # status of a slot parked by batch_park: frozen, holding no instance
