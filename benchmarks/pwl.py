@@ -17,8 +17,8 @@ Measured in one run, float64 (``jax.enable_x64`` inside the suite):
    warm-up solve for every B, :data:`THROUGHPUT_REPEATS` rounds each run every B in turn
    for the same wall time, and each B's median run is reported (all runs are recorded):
    a change in the machine's load during the stage shows as spread between a B's runs
-   instead of landing on one batch size. At bc366a2 each B's three runs were within 2.5%
-   of each other.
+   instead of landing on one batch size (the results record each run's nodes/s, as
+   ``nodes_per_second_runs``).
 
 Targets: on every instance both prove optimal (relative gap <= 1e-4), the same objective
 (relative difference <= 1e-4); a feasible incumbent on all instances; nodes/s at B=64 >= 8x

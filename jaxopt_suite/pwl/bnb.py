@@ -406,8 +406,12 @@ class _Job(NamedTuple):
     left: int = 0
     # node: the factor by which its LP is solved tighter than PWLOptions.lp's tolerance
     tighter: float = 1.0
-    # node: solved once more, tighter (_Solver._tighten), not a new node of the tree
-    again: bool = False
+
+    @property
+    def again(self) -> bool:
+        """A node solved once more, tighter (:meth:`_Solver._tighten`), not a new node of
+        the tree: only those have ``tighter > 1`` (children start at the node tolerance)."""
+        return self.tighter > 1.0
 
 
 def _check_options(options: PWLOptions) -> None:
@@ -1648,7 +1652,7 @@ class _Solver:
             or bool(np.all(job.hi - job.lo <= 1))  # a leaf
         ):
             return False
-        self.tighten.append(job._replace(bound=bound, warm=(x, y), tighter=tighter, again=True))
+        self.tighten.append(job._replace(bound=bound, warm=(x, y), tighter=tighter))
         return True
 
     def _projection_pairs(self, lp_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
