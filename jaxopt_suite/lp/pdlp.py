@@ -253,9 +253,10 @@ class _Data(NamedTuple):
     var_lower_raw: jax.Array
     var_upper_raw: jax.Array
     eta: jax.Array
-    # a batch's tolerance per slot, (1, B) (batch_refill may tighten a slot's); None for
-    # one LP, whose tolerance is the limits' (_limits)
+    # a batch's tolerance and iteration limit per slot, (1, B) (batch_refill may set a
+    # slot's own); None for one LP, whose tolerance and limit are the limits' (_limits)
     tolerance: jax.Array | None = None
+    max_iterations: jax.Array | None = None  # int32
 
 
 # the solver reads a lower side <= -INFINITE_BOUND or an upper one >= it as infinite
@@ -713,7 +714,7 @@ def _frozen_body(data: _Data, options: LPOptions, deadline, limits):
     dtype = data.c.dtype
     tol, infeasibility_tol, max_iterations = limits
     if data.tolerance is not None:  # a batch: each slot's own
-        tol = data.tolerance
+        tol, max_iterations = data.tolerance, data.max_iterations
 
     def body(s: _State) -> _State:
         x, y = _halpern_steps(
@@ -1063,6 +1064,7 @@ _BATCHED_FIELDS = (
     "var_lower_raw",
     "var_upper_raw",
     "tolerance",
+    "max_iterations",
 )
 
 
@@ -1291,10 +1293,12 @@ class LPBatch(NamedTuple):
         return np.asarray(self.state.status).reshape(-1)
 
 
-def _scaled_rows(scaling: Scaling, dtype, lower, upper, costs, x0, y0, tolerance) -> dict:
+def _scaled_rows(
+    scaling: Scaling, dtype, lower, upper, costs, x0, y0, tolerance, max_iterations
+) -> dict:
     """The per-instance data fields and the starting point of instances given as host rows
-    ``(k, n)`` (``y0``: ``(k, m)``; ``tolerance``: ``(k,)``), in the solver's units and
-    ``dtype``, still as rows."""
+    ``(k, n)`` (``y0``: ``(k, m)``; ``tolerance`` and ``max_iterations``: ``(k,)``), in the
+    solver's units and ``dtype`` (the iteration limits int32), still as rows."""
     s_b, s_c = scaling.bound, scaling.objective
     # the solver's reading of the bounds, as _solver_view's of the LP's; the batch keeps the
     # values given, which its dual bounds use
@@ -1313,13 +1317,15 @@ def _scaled_rows(scaling: Scaling, dtype, lower, upper, costs, x0, y0, tolerance
     }
     _representable("warm_start x", rows["x0"], dtype)
     _representable("warm_start y", rows["y0"], dtype)
-    return {name: np.asarray(value, dtype) for name, value in rows.items()}
+    rows = {name: np.asarray(value, dtype) for name, value in rows.items()}
+    rows["max_iterations"] = np.reshape(max_iterations, (-1, 1)).astype(np.int32)
+    return rows
 
 
-def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0, tolerance):
+def _scaled_batch(base: _Data, scaling: Scaling, lower, upper, costs, x0, y0, tolerance, cap):
     """The per-instance data fields and the fresh state of instances given as host rows
-    ``(k, n)``, moved to the device in columns ``(n, k)``."""
-    rows = _scaled_rows(scaling, base.c.dtype, lower, upper, costs, x0, y0, tolerance)
+    ``(k, n)``, moved to the device in columns ``(n, k)`` (``cap``: the iteration limits)."""
+    rows = _scaled_rows(scaling, base.c.dtype, lower, upper, costs, x0, y0, tolerance, cap)
     fields = _fresh_batch(rows)
     state = fields.pop("state")
     return base._replace(**fields), state
@@ -1440,8 +1446,10 @@ def _start_inputs(lp, var_lower, var_upper, c, options, warm_start):
 def _batch_of(lp, options, base, scaling, inputs, started: float) -> LPBatch:
     """The batch of the checked host rows ``inputs`` (:func:`_start_inputs`), filled at
     ``started`` (a perf_counter time)."""
-    tolerance = np.full(inputs[0].shape[0], float(options.tolerance))
-    data, state = _scaled_batch(base, scaling, *inputs, tolerance)
+    size = inputs[0].shape[0]
+    tolerance = np.full(size, float(options.tolerance))
+    cap = np.full(size, min(int(options.max_iterations), _INT32_MAX), np.int32)
+    data, state = _scaled_batch(base, scaling, *inputs, tolerance, cap)
     # the batch's own copies (the checked inputs may be the caller's arrays, or costs
     # broadcast read-only from the LP's): batch_refill(..., donate=True) writes into them
     lower, upper, costs = (np.array(a) for a in inputs[:3])
@@ -1493,6 +1501,7 @@ def batch_refill(
     warm_start: tuple[Any, Any] | None = None,
     objective_offset: Any = None,
     tolerance: Any = None,
+    max_iterations: Any = None,
     donate: bool = False,
 ) -> LPBatch:
     """Puts new instances into ``slots`` (indices, shape ``(k,)``) with bounds ``(k, n)``,
@@ -1506,6 +1515,11 @@ def batch_refill(
     ``tolerance``: each new instance's ``options.tolerance`` (its relative KKT test), one
     number or ``(k,)``, each finite and > 0 (default the batch's ``options.tolerance``): a
     slot may be solved tighter (or looser) than the others, at no new compilation.
+
+    ``max_iterations``: each new instance's iteration limit, one integer or ``(k,)``, each
+    >= 1 (default the batch's ``options.max_iterations``; at most 2**31 - 1), checked at
+    evaluations as ``options.max_iterations`` is: a slot that reaches it stops with
+    ITERATION_LIMIT. No new compilation either.
 
     ``donate=True``: the result reuses ``batch``'s arrays (its per-slot device arrays, and
     its host bounds, costs, fill times and offsets, written in place), so ``batch`` must
@@ -1523,6 +1537,7 @@ def batch_refill(
     )
     offsets = _slot_offsets(batch.lp, objective_offset, slots.size)
     tolerances = _slot_tolerances(batch.options, tolerance, slots.size)
+    caps = _slot_iteration_limits(batch.options, max_iterations, slots.size)
     if slots.size == 0:
         return batch
     base, scaling = _prepare(batch.lp, batch.options, batched=True)
@@ -1533,7 +1548,7 @@ def batch_refill(
     rows = _scaled_rows(
         scaling,
         base.c.dtype,
-        *(a[padded] for a in (lower, upper, costs, x0, y0, tolerances)),
+        *(a[padded] for a in (lower, upper, costs, x0, y0, tolerances, caps)),
     )
     host = {name: getattr(batch, name) for name in _HOST_FIELDS}
     host = {name: a if donate and a.flags.writeable else a.copy() for name, a in host.items()}
@@ -1584,6 +1599,20 @@ def _slot_tolerances(options: LPOptions, tolerance: Any, size: int) -> np.ndarra
         lambda v: np.isfinite(v) & (v > 0),
         "finite and > 0",
     )
+
+
+def _slot_iteration_limits(options: LPOptions, limit: Any, size: int) -> np.ndarray:
+    """The slots' iteration limits (``None``: ``options.max_iterations``), each an integer
+    >= 1, as int32 (larger ones are 2**31 - 1, as :func:`_limits` reads them)."""
+    values = _per_slot(
+        "max_iterations",
+        limit,
+        options.max_iterations,
+        size,
+        lambda v: np.isfinite(v) & (v >= 1) & (v == np.floor(v)),
+        "an integer >= 1",
+    )
+    return np.minimum(values, _INT32_MAX).astype(np.int32)
 
 
 PARKED = -2  # status of a slot parked by batch_park: frozen, holding no instance

@@ -777,6 +777,47 @@ def test_a_refilled_slot_keeps_its_own_tolerance():
             batch_refill(batch, [0, 1], lower[:2], upper[:2], tolerance=bad)
 
 
+def test_a_refilled_slot_keeps_its_own_iteration_limit():
+    """A slot refilled with its own iteration limit stops there with ITERATION_LIMIT, its
+    iterate that of the same instance in a batch whose limit it is throughout; the other
+    slots run to the tolerance as without it (through a resize and two thread groups)."""
+    from jaxopt_suite.lp import (
+        batch_advance,
+        batch_refill,
+        batch_resize,
+        batch_solution,
+        batch_start,
+    )
+
+    lp = _feasible_lp(7, m=10, n=12)
+    lower, upper, costs = _perturbed_instances(lp, 3, columns=2, seed=2)
+    options = LPOptions(tolerance=1e-7)
+    with jax.enable_x64(True):
+        free = solve_lp_batch(lp, lower, upper, costs, options=options, threads=1)
+        cap = int(free.iterations[1]) // 2 // options.eval_every * options.eval_every
+        assert cap >= options.eval_every
+        capped = options._replace(max_iterations=cap)
+        alone_capped = solve_lp_batch(lp, lower, upper, costs, options=capped, threads=1)
+        batch = batch_start(lp, lower, upper, costs, options=options)
+        batch = batch_refill(batch, [1], lower[[1]], upper[[1]], costs[[1]], max_iterations=cap)
+        batch = batch_resize(batch, [2, 1, 0], 4)  # slot 1 stays second
+        out = batch_solution(batch_advance(batch, threads=2))
+    assert out.status[1] == Status.ITERATION_LIMIT and out.iterations[1] == cap
+    np.testing.assert_array_equal(out.x[1], alone_capped.x[1])
+    for slot, b in ((0, 2), (2, 0)):
+        assert out.status[slot] == Status.OPTIMAL
+        np.testing.assert_array_equal(out.x[slot], free.x[b])
+        assert out.iterations[slot] == free.iterations[b]
+    for bad, message in (
+        (0, "max_iterations must be an integer >= 1; entry 0 is 0.0"),
+        ([10, 2.5], "max_iterations must be an integer >= 1; entry 1 is 2.5"),
+        ([10, np.nan], "max_iterations must be an integer >= 1; entry 1 is nan"),
+        ([10] * 3, r"max_iterations must be one number or 2 \(one per slot\)"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            batch_refill(batch, [0, 1], lower[:2], upper[:2], max_iterations=bad)
+
+
 def test_slot_arguments_are_indices():
     from jaxopt_suite.lp import (
         batch_advance,
