@@ -46,7 +46,9 @@ Nodes are pruned with the safe Lagrangian dual bound of their LP
 whose bound falls short of the cutoff by less than its LP's own spread (objective against
 safe bound) is solved again, ten times tighter, before it is settled or branched, down to
 ``polish_tolerance`` (:meth:`_Solver._tighten`): the node tolerance is the gap the search
-closes, and such nodes were otherwise branched without end. Once the
+closes, and such nodes were otherwise branched without end. A re-solve may take twice the
+iterations of the node's first LP (or of the mean node LP); one that reaches that cap
+leaves the node to be settled or branched from the solve before. Once the
 root is solved, the node LPs see the objective multiplied by a factor of at least 1
 (:func:`objective_scale`): PDLP's gap test has an absolute floor (its ``1 + |p| + |d|``),
 which for an optimum near 0.025 let node bounds trail their optima by forty times the gap
@@ -188,6 +190,11 @@ REPAIR_DIVE = 400
 # this many times tighter before it is branched (_Solver._tighten), down to
 # PWLOptions.polish_tolerance
 TIGHTEN_STEP = 10.0
+# ... within at most this many times the iterations of the node's first LP (or of the
+# search's mean first node LP where that is more): a re-solve that reaches the cap leaves
+# the node to be settled or branched from the solve before (scratch runs at 1, 2, 4 and no
+# cap on five portfolio instances: 2 was the fastest, _Solver._tighten)
+RESOLVE_COST = 2.0
 
 # The objective scale (objective_scale): a node LP stops on PDLP's relative KKT test, whose
 # gap term is |p - d| <= tolerance * (1 + |p| + |d|) and whose dual residual is measured
@@ -406,6 +413,10 @@ class _Job(NamedTuple):
     left: int = 0
     # node: the factor by which its LP is solved tighter than PWLOptions.lp's tolerance
     tighter: float = 1.0
+    # a node solved again (tighter > 1): its LP's iteration cap, and the objective and
+    # safe bound of its first solve, whose point is ``warm`` (_Solver._tighten)
+    cap: int = 0
+    previous: tuple[float, float] = (math.nan, math.nan)
 
     @property
     def again(self) -> bool:
@@ -563,8 +574,10 @@ class _Solver:
         # incumbent), so the reported bound never exceeds it
         self.closed = math.inf
         self.heuristics: list[_Job] = []
-        # nodes to be solved again, tighter, before they are branched (_tighten)
+        # nodes to be solved again, tighter, before they are branched (_tighten), and the
+        # iterations and count of the node LPs solved the first time
         self.tighten: list[_Job] = []
+        self.node_iterations = [0, 0]
         self.diving = False  # a repair dive is under way (one at a time)
         # bounds of the node jobs in flight or not yet processed, by slot
         self.running: dict[int, float] = {}
@@ -1222,7 +1235,7 @@ class _Solver:
                 jobs.append(self.heuristics.pop(0))
             if jobs:
                 use = free[: len(jobs)]
-                lows, ups, costs, offsets, xs, ys, tolerances = [], [], [], [], [], [], []
+                lows, ups, costs, offsets, xs, ys, tolerances, caps = ([] for _ in range(8))
                 for job in jobs:
                     lo_b, up_b = self._bounds(job.lo, job.hi)
                     lows.append(lo_b)
@@ -1236,6 +1249,7 @@ class _Solver:
                     costs.append(lp.c if job.costs is None else job.costs)
                     offsets.append(lp.objective_offset)
                     tolerances.append(float(opts.lp.tolerance) / job.tighter)
+                    caps.append(job.cap if job.again else int(opts.lp.max_iterations))
                     xs.append(np.clip(wx, lo_b, up_b))
                     ys.append(wy)
                 batch = batch_refill(
@@ -1247,6 +1261,7 @@ class _Solver:
                     warm_start=(np.stack(xs), np.stack(ys)),
                     objective_offset=np.array(offsets),
                     tolerance=np.array(tolerances),
+                    max_iterations=np.array(caps),
                     donate=True,  # the old batch is not used again
                 )
                 for i, job in zip(use, jobs, strict=True):
@@ -1499,7 +1514,10 @@ class _Solver:
                     self.heuristics.append(nxt)
             return None
         # node
-        self.nodes += 0 if job.again else 1
+        if not job.again:
+            self.nodes += 1
+            self.node_iterations[0] += int(sol.iterations[row])
+            self.node_iterations[1] += 1
         is_root = job.depth == 0 and self.nodes == 1
         if st == Status.PRIMAL_INFEASIBLE:
             # PDLP's test of the ray is first-order, at the data's scale; the node is
@@ -1507,13 +1525,14 @@ class _Solver:
             # rounding margins
             lower, upper = self._bounds(job.lo, job.hi)
             proof = infeasibility_bound(self.lp, y, lower, upper)
-            if not proof > 0.0:
+            if proof > 0.0:
+                if is_root:
+                    self.certificate = (np.array(y, np.float64), proof)
+                return MIPStatus.INFEASIBLE if is_root and not self.store.count() else None
+            if not job.again:  # (a re-solve falls back on its first solve, below)
                 self.unproved_infeasible += 1
                 self.unresolved.append(job.bound)
                 return None
-            if is_root:
-                self.certificate = (np.array(y, np.float64), proof)
-            return MIPStatus.INFEASIBLE if is_root and not self.store.count() else None
         if st == Status.DUAL_INFEASIBLE:
             # a ray of the relaxation (every node has the same recession cone): the model
             # is infeasible or unbounded, which run() settles (_settle_ray)
@@ -1522,10 +1541,18 @@ class _Solver:
         node_objective, db, y = self._unscaled(sol, row)
         if math.isfinite(db):
             bound = max(bound, db)
+        fallback = job.again and st != Status.OPTIMAL
+        if fallback:
+            # the re-solve stopped short of its tolerance (at its cap, _tighten): the node
+            # goes on from the solve before, whose LP ended OPTIMAL, under the better of
+            # the two safe bounds
+            st, (x, y), (node_objective, db) = Status.OPTIMAL, job.warm, job.previous
         if bound >= self._cutoff():
             self.closed = min(self.closed, bound)
             return None
-        if self._tighten(job, st, node_objective, db, bound, x, y):
+        if not fallback and self._tighten(
+            job, st, node_objective, db, bound, x, y, int(sol.iterations[row])
+        ):
             return None
         finite = np.all(np.isfinite(x))
         lam = self._lambda_table(x) if finite else None
@@ -1620,11 +1647,11 @@ class _Solver:
                 self.heuristics.append(self._pump_job(job.lo, job.hi, x, (x, y), k))
         return None
 
-    def _tighten(self, job: _Job, st: Status, objective, db, bound, x, y) -> bool:
-        """Whether the node (its LP ended ``st`` with ``objective`` and safe bound ``db``,
-        the node's bound now ``bound``, point ``x`` and duals ``y`` in the model's units) is
-        queued to be solved again :data:`TIGHTEN_STEP` times tighter instead of being
-        settled or branched now.
+    def _tighten(self, job: _Job, st: Status, objective, db, bound, x, y, iterations: int) -> bool:
+        """Whether the node (its LP ended ``st`` with ``objective`` and safe bound ``db``
+        after ``iterations``, the node's bound now ``bound``, point ``x`` and duals ``y`` in
+        the model's units) is queued to be solved again :data:`TIGHTEN_STEP` times tighter
+        instead of being settled or branched now.
 
         A node LP stops at its tolerance: its objective and its safe bound may lie apart by
         as much as the gap the search closes (``relative_gap`` is the default tolerance),
@@ -1639,7 +1666,15 @@ class _Solver:
         The search waits for it; storing its children at once instead explored them before
         the re-solve ended and gained nothing. Not a leaf: its polish already solves it
         tighter (:meth:`_polish`), and a re-solve that hit the iteration limit would leave
-        the leaf, solved before, unresolved."""
+        the leaf, solved before, unresolved.
+
+        The re-solve may take :data:`RESOLVE_COST` times the iterations of the node's first
+        LP, or of the search's mean first node LP where that is more (the cap stays with
+        the node when it is solved again once more, counted afresh). Uncapped, a re-solve
+        on portfolio_n80 took 46k and 65k iterations after a first solve of 13k, and still
+        fell short, so the node branched anyway. One that reaches its cap leaves the node
+        to be settled or branched from the solve before, with the better of the two safe
+        bounds (:meth:`_process`)."""
         cutoff = self._cutoff()
         tighter = job.tighter * TIGHTEN_STEP
         if (
@@ -1652,7 +1687,18 @@ class _Solver:
             or bool(np.all(job.hi - job.lo <= 1))  # a leaf
         ):
             return False
-        self.tighten.append(job._replace(bound=bound, warm=(x, y), tighter=tighter))
+        if job.again:
+            cap = job.cap
+        else:
+            total, count = self.node_iterations
+            reference = max(iterations, total / max(count, 1))
+            cap = min(math.ceil(RESOLVE_COST * reference), int(self.options.lp.max_iterations))
+        # (previous: this solve's, whose point the re-solve starts from and falls back on)
+        self.tighten.append(
+            job._replace(
+                bound=bound, warm=(x, y), tighter=tighter, cap=max(cap, 1), previous=(objective, db)
+            )
+        )
         return True
 
     def _projection_pairs(self, lp_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

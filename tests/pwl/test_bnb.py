@@ -1427,10 +1427,12 @@ def test_a_node_whose_bound_the_lp_tolerance_leaves_short_of_the_cutoff_is_solve
     """A node (not a leaf) is queued to be solved again ten times tighter, instead of
     settled or branched, exactly when the cutoff lies within its LP's spread (objective
     against safe bound) above its bound, its LP ended OPTIMAL, and the tighter tolerance
-    stays at or above the polish tolerance; the queued job keeps the node and its point,
-    and holds its bound in the search's bound until it is solved."""
+    stays at or above the polish tolerance; the queued job keeps the node, its point and
+    its LP's objective and bound, holds its bound in the search's bound until it is
+    solved, and may take RESOLVE_COST times the iterations of the node's LP, or of the
+    mean node LP where that is more."""
     from jaxopt_suite.lp import Status
-    from jaxopt_suite.pwl.bnb import TIGHTEN_STEP, _Job, _Solver, resolve_options
+    from jaxopt_suite.pwl.bnb import RESOLVE_COST, TIGHTEN_STEP, _Job, _Solver, resolve_options
 
     model = random_model(0)
     comp = model.compile()
@@ -1441,8 +1443,8 @@ def test_a_node_whose_bound_the_lp_tolerance_leaves_short_of_the_cutoff_is_solve
     lo, hi = solver.root
     job = _Job("node", 3, lo.copy(), hi.copy(), 9.0, 2, None, None)
 
-    def tighten(st, objective, db, point=x, node=job):
-        return solver._tighten(node, st, objective, db, 9.99, point, y)
+    def tighten(st, objective, db, point=x, node=job, iterations=640):
+        return solver._tighten(node, st, objective, db, 9.99, point, y, iterations)
 
     assert not tighten(Status.OPTIMAL, 10.0, 9.99)  # no incumbent: nothing to prune against
     solver.incumbent = 10.01  # cutoff 10.01 - 1e-4 * 10.01 = 10.009
@@ -1460,12 +1462,69 @@ def test_a_node_whose_bound_the_lp_tolerance_leaves_short_of_the_cutoff_is_solve
     queued = solver.tighten[0]
     assert queued.kind == "node" and queued.again and queued.tighter == TIGHTEN_STEP
     assert queued.bound == 9.99 and queued.depth == 2 and queued.warm[0] is x
+    assert queued.previous == (10.0, 9.98) and queued.cap == math.ceil(RESOLVE_COST * 640)
     np.testing.assert_array_equal(queued.lo, lo)
     assert solver.store.count() == 0 and solver.bound() == 9.99 < cutoff
-    # tighter still, down to the polish tolerance (1e-4 / 100 = 1e-6), and no further
-    assert tighten(Status.OPTIMAL, 10.0, 9.98, node=queued)
-    assert solver.tighten[-1].tighter == TIGHTEN_STEP**2
-    assert not tighten(Status.OPTIMAL, 10.0, 9.98, node=solver.tighten[-1])
+    # the cap follows the mean node LP where that took more
+    solver.node_iterations = [30_000, 10]
+    assert tighten(Status.OPTIMAL, 10.0, 9.98, iterations=64)
+    assert solver.tighten[-1].cap == math.ceil(RESOLVE_COST * 3000)
+    # tighter still, down to the polish tolerance (1e-4 / 100 = 1e-6), and no further; the
+    # cap stays the node's
+    assert tighten(Status.OPTIMAL, 10.0, 9.97, node=queued, iterations=5000)
+    again = solver.tighten[-1]
+    assert again.tighter == TIGHTEN_STEP**2 and again.cap == queued.cap
+    assert again.previous == (10.0, 9.97)
+    assert not tighten(Status.OPTIMAL, 10.0, 9.98, node=again)
+
+
+def test_a_re_solve_stopped_at_its_cap_branches_the_node_from_the_solve_before():
+    """A node solved again whose LP ends short of its tolerance (its cap reached) is
+    branched as its solve before would have been: from that solve's point, under the better
+    of the two safe bounds, not queued again, not counted as a node."""
+    from types import SimpleNamespace
+
+    from jaxopt_suite.lp import Status, solve_lp
+    from jaxopt_suite.pwl.bnb import _Job, _Solver, resolve_options
+
+    model = random_model(0)
+    comp = model.compile()
+    options = resolve_options(PWLOptions())
+    solver = _Solver(model, comp, options)
+    lo, hi = solver.root
+    root = solve_lp(comp.lp, options.lp)
+    assert root.status == Status.OPTIMAL
+    x, y = np.asarray(root.x), np.asarray(root.y)
+    first, last, _, _ = sos2_structure(solver._lambda_table(x), options.sos2_tolerance)
+    assert np.any(last - first >= 2)  # the point is not SOS2-feasible: the node branches
+    db = float(root.dual_bound)
+    solver.incumbent = db + 1.0  # far above: the node is branched
+    job = _Job("node", -1, lo.copy(), hi.copy(), db - 0.5, 0, None, (x, y))
+    job = job._replace(tighter=10.0, cap=128, previous=(float(root.objective), db))
+    n, m = comp.lp.num_cols, comp.lp.num_rows
+
+    def capped(dual_bound):
+        return SimpleNamespace(
+            status=np.array([int(Status.ITERATION_LIMIT)]),
+            x=np.full((1, n), np.nan),  # not a point the node may use
+            y=np.full((1, m), np.nan),
+            objective=np.array([np.nan]),
+            dual_bound=np.array([dual_bound]),
+            iterations=np.array([128]),
+        )
+
+    for later_bound, want in ((db - 1.0, db - 0.5), (db + 0.25, db + 0.25)):
+        solver.nodes, solver.store = 5, type(solver.store)(16, solver.S)
+        assert solver._process(job, capped(later_bound), 0, 0.0) is None
+        assert solver.nodes == 5 and not solver.tighten
+        rows = np.flatnonzero(solver.store.open)
+        assert rows.size == 2 and np.all(solver.store.bound[rows] == want)
+        # the children split one set of the solve before's point, and start from it
+        for i in rows:
+            assert solver.warm[int(solver.store.warm[i])][0] is x
+        hi_l, lo_r = solver.store.hi[rows[0]], solver.store.lo[rows[1]]
+        split = np.flatnonzero((hi_l != hi) | (lo_r != lo))
+        assert split.size == 1 and hi_l[split[0]] == lo_r[split[0]]
 
 
 def test_solving_nodes_again_tighter_closes_a_gap_that_loose_node_lps_cannot(monkeypatch):
@@ -1479,17 +1538,26 @@ def test_solving_nodes_again_tighter_closes_a_gap_that_loose_node_lps_cannot(mon
 
     model = instances.build(instances.spec_by_name("portfolio_n30_t48_k4_s0"))
     options = PWLOptions(batch_size=4, lp=LPOptions(tolerance=1e-3), node_limit=400)
-    tightened = []
-    tighten = _Solver._tighten
+    tightened, again = [], []
+    tighten, process = _Solver._tighten, _Solver._process
 
     def counted(self, *args):
         tightened.append(tighten(self, *args))
         return tightened[-1]
 
+    def processed(self, job, sol, row, elapsed):
+        if job.kind == "node" and job.again:
+            again.append((int(sol.iterations[row]), job.cap))
+        return process(self, job, sol, row, elapsed)
+
     monkeypatch.setattr(_Solver, "_tighten", counted)
+    monkeypatch.setattr(_Solver, "_process", processed)
     sol = solve_pwl(model, options)
     assert_gap_closed(sol, options)
     assert sum(tightened) >= 1 and sol.nodes < 400
+    # each re-solve stopped at its cap, or the first evaluation at or past it
+    every = options.lp.eval_every
+    assert again and all(it <= -(-cap // every) * every for it, cap in again)
     exact = solve_highs(model, formulation="cc", time_limit=60.0)
     assert exact.status == "optimal"
     assert abs(sol.objective - exact.objective) <= 1e-4 * abs(exact.objective)
