@@ -53,8 +53,11 @@ root is solved, the node LPs see the objective multiplied by a factor of at leas
 (:func:`objective_scale`): PDLP's gap test has an absolute floor (its ``1 + |p| + |d|``),
 which for an optimum near 0.025 let node bounds trail their optima by forty times the gap
 the search closes (1e-4 against 1e-4 * 0.025), and the search stalled; results are in the
-model's units. The node store is a set of fixed-capacity arrays (intervals, bound, depth,
-order) on the host; the LP work, which is where the time goes, runs batched on the device.
+model's units. The node store (:mod:`jaxopt_suite.pwl.store`) keeps the open nodes
+(intervals, bound, depth, order, warm-start key) in arrays on the device, where jitted
+programs select and prune them, the arrays growing by doubling up to ``capacity`` rows; on
+the CPU backend a NumPy store with the same selection is the default (``store``), being
+faster there. The LP work, which is where the time goes, runs batched on the device.
 
 A primal ray of a node LP (``DUAL_INFEASIBLE``) does not by itself make the model
 unbounded. The ray ``d`` lies in the recession cone of the relaxation, and that cone is the
@@ -103,6 +106,8 @@ from jaxopt_suite.lp import (
 from jaxopt_suite.lp.bounds import root_implied_bounds
 from jaxopt_suite.lp.repair import repair_rows
 from jaxopt_suite.pwl.model import CompiledPWL, PWLModel
+from jaxopt_suite.pwl.store import STORES, make_store
+from jaxopt_suite.pwl.store import StoreFull as _StoreFull
 
 
 class MIPStatus(enum.IntEnum):
@@ -143,7 +148,11 @@ class PWLOptions(NamedTuple):
     absolute_gap: float = 1e-6
     node_limit: int = 1_000_000
     time_limit: float | None = None  # seconds
-    capacity: int = 200_000  # node store
+    capacity: int = 200_000  # open nodes the store may hold
+    # the node store (jaxopt_suite.pwl.store): "device" (jitted, its arrays grow up to
+    # capacity), "host" (NumPy) or "auto" (the device one unless the backend is the CPU);
+    # both select the same nodes
+    store: str = "auto"
     evaluations: int = 2  # LP evaluation periods per round
     split: str = "weighted"  # SOS2 split index: "weighted" (mean index) or "middle"
     dive_fraction: float = 0.25  # share of node slots given to the newest nodes
@@ -269,67 +278,6 @@ class MIPSolution(NamedTuple):
     certificate: np.ndarray | None = None
 
 
-class _Store:
-    """Open nodes in fixed-capacity arrays; a free list recycles rows."""
-
-    def __init__(self, capacity: int, sets: int) -> None:
-        self.lo = np.zeros((capacity, sets), np.int32)
-        self.hi = np.zeros((capacity, sets), np.int32)
-        self.bound = np.full(capacity, np.inf)
-        self.depth = np.zeros(capacity, np.int32)
-        self.order = np.zeros(capacity, np.int64)
-        self.warm = np.full(capacity, -1, np.int64)
-        self.open = np.zeros(capacity, bool)
-        self.free = list(range(capacity - 1, -1, -1))
-        self.counter = 0
-
-    def push(self, lo, hi, bound, depth, warm) -> int:
-        if not self.free:
-            raise _StoreFull
-        i = self.free.pop()
-        self.lo[i], self.hi[i] = lo, hi
-        self.bound[i], self.depth[i], self.warm[i] = bound, depth, warm
-        self.order[i] = self.counter
-        self.counter += 1
-        self.open[i] = True
-        return i
-
-    def pop(self, i: int) -> None:
-        self.open[i] = False
-        self.free.append(i)
-
-    def count(self) -> int:
-        return int(self.open.sum())
-
-    def prune_above(self, cutoff: float) -> list[int]:
-        gone = np.flatnonzero(self.open & (self.bound >= cutoff))
-        for i in gone:
-            self.pop(int(i))
-        return gone.tolist()
-
-    def select(self, k: int, dive: int) -> list[int]:
-        """Up to ``k`` open nodes: ``dive`` newest (at most ``k``), the rest by best
-        bound."""
-        dive = min(dive, k)
-        idx = np.flatnonzero(self.open)
-        if idx.size <= k:
-            return idx.tolist()
-        chosen: list[int] = []
-        if dive > 0:
-            newest = idx[np.argsort(-self.order[idx], kind="stable")[:dive]]
-            chosen.extend(newest.tolist())
-            idx = np.setdiff1d(idx, newest, assume_unique=True)
-        rest = k - len(chosen)
-        if rest > 0:
-            best = idx[np.argsort(self.bound[idx], kind="stable")[:rest]]
-            chosen.extend(best.tolist())
-        return chosen
-
-
-class _StoreFull(Exception):
-    pass
-
-
 # --------------------------------------------------------------------------------------
 # SOS2 analysis of LP points (vectorised over sets)
 
@@ -447,6 +395,8 @@ def _check_options(options: PWLOptions) -> None:
         check_number("time_limit", options.time_limit, "be > 0 (or None)", lambda v: v > 0)
     if options.split not in ("weighted", "middle"):
         raise ValueError(f"split must be 'weighted' or 'middle', got {options.split!r}")
+    if options.store not in STORES:
+        raise ValueError(f"store must be one of {STORES}, got {options.store!r}")
     if options.repair not in ("segment", "mass", "off"):
         raise ValueError(f"repair must be 'segment', 'mass' or 'off', got {options.repair!r}")
     check_number("dive_fraction", options.dive_fraction, "lie in [0, 1]", lambda v: 0 <= v <= 1)
@@ -547,7 +497,7 @@ class _Solver:
         col_of = {int(i): j for j, i in enumerate(compiled.model_columns)}
         self.x_lp_cols = np.array([col_of[t.x.index] for t in compiled.terms], np.int64)
         self.rng = np.random.default_rng(options.seed)
-        self.store = _Store(int(options.capacity), self.S)
+        self.store = make_store(options.store, int(options.capacity), self.S)
         self.warm: dict[int, list] = {}  # id -> [x, y, references]
         self.warm_id = 0
         self.incumbent = math.inf  # minimisation form
@@ -884,9 +834,9 @@ class _Solver:
             self.first_time = elapsed
         bound = self.bound(list(self.running.values()))
         self.history.append((elapsed, self.nodes, self.sign * self.incumbent, self.sign * bound))
-        for i in self.store.prune_above(self._cutoff()):
-            self.closed = min(self.closed, float(self.store.bound[i]))
-            self._take_warm(int(self.store.warm[i]))  # releases its share
+        for _, closed, warm in self.store.prune_above(self._cutoff()):
+            self.closed = min(self.closed, closed)
+            self._take_warm(warm)  # releases its share
 
     def _project(self, x: np.ndarray, elapsed: float) -> bool | None:
         """Direct SOS2 projection of an LP point ``x``, an incumbent without another LP: a
@@ -916,7 +866,7 @@ class _Solver:
         return self.incumbent - gap_slack(self.options, self.incumbent)
 
     def bound(self, running: list[float] | None = None) -> float:
-        values = [self.store.bound[self.store.open]]
+        values = [np.array([self.store.least_bound()])]
         if running:
             values.append(np.asarray(running))
         if self.tighten:
@@ -1215,21 +1165,9 @@ class _Solver:
                     node_room,
                     opts.node_limit - self.nodes - len(_node_bounds(slots)),
                 )
-                for i in self.store.select(max(0, take), dive):
-                    warm = self._take_warm(int(self.store.warm[i]))
-                    jobs.append(
-                        _Job(
-                            "node",
-                            i,
-                            self.store.lo[i].copy(),
-                            self.store.hi[i].copy(),
-                            float(self.store.bound[i]),
-                            int(self.store.depth[i]),
-                            None,
-                            warm,
-                        )
-                    )
-                    self.store.pop(i)
+                for i, lo, hi, bound, depth, key in self.store.take(max(0, take), dive):
+                    warm = self._take_warm(key)
+                    jobs.append(_Job("node", i, lo, hi, bound, depth, None, warm))
             # a leftover heuristic may use a slot no node needs
             while self.heuristics and len(jobs) < len(free):
                 jobs.append(self.heuristics.pop(0))

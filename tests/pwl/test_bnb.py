@@ -537,6 +537,7 @@ def test_options_are_checked():
         (PWLOptions(polish_tolerance=-1.0), "polish_tolerance must be finite and > 0"),
         (PWLOptions(split="left"), "split must be"),
         (PWLOptions(repair="always"), "repair must be"),
+        (PWLOptions(store="gpu"), r"store must be one of \('auto', 'device', 'host'\), got 'gpu'"),
         (PWLOptions(time_limit=0.0), "time_limit must be > 0"),
     ):
         with pytest.raises(ValueError, match=match):
@@ -1565,3 +1566,19 @@ def test_solving_nodes_again_tighter_closes_a_gap_that_loose_node_lps_cannot(mon
     monkeypatch.setattr(_Solver, "_tighten", lambda self, *args: False)
     loose = solve_pwl(model, options)
     assert loose.status == MIPStatus.NODE_LIMIT and loose.gap > options.relative_gap
+
+
+@pytest.mark.parametrize(("seed", "functions", "segments"), [(0, 4, 6), (3, 6, 8)])
+def test_a_search_with_the_device_store_runs_as_with_the_host_store(seed, functions, segments):
+    """Both stores select the same nodes, so a search (node-limited, no time limit) runs
+    the same: nodes, incumbent history, objective, bound and point (one search proves
+    its optimum in 29 nodes, the other stops at the node limit of 60)."""
+    model = random_model(seed, functions=functions, segments=segments)
+    options = PWLOptions(batch_size=4, node_limit=60)
+    host = solve_pwl(model, options._replace(store="host"))
+    device = solve_pwl(model, options._replace(store="device"))
+    assert host.nodes == device.nodes and host.nodes >= 29
+    assert host.status == device.status
+    assert host.objective == device.objective and host.bound == device.bound
+    np.testing.assert_array_equal(host.x, device.x)
+    assert [h[1:] for h in host.history] == [h[1:] for h in device.history]

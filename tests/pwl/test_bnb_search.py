@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from jaxopt_suite.pwl import MIPStatus, PWLOptions, bnb, solve_pwl
-from jaxopt_suite.pwl.bnb import _Solver, _Store, resolve_options
+from jaxopt_suite.pwl.bnb import _Solver, resolve_options
+from jaxopt_suite.pwl.store import HostNodeStore, NodeStore
 from tests.pwl.test_bnb import _objective_times, random_model
 
 
@@ -30,7 +31,7 @@ def _key(lo, hi):
 
 
 class _Recorder:
-    """Wraps ``_Solver.run`` / ``_process`` and ``_Store.push`` to record the solver, each
+    """Wraps ``_Solver.run`` / ``_process`` and the stores' push to record the solver, each
     branching (the parent job's intervals and the two children's, with the parent's LP
     point and duals in the model's units) and each store push."""
 
@@ -38,7 +39,7 @@ class _Recorder:
         self.solvers: list[_Solver] = []
         self.current: list = []  # the job being processed (a stack of one)
         self.branchings: list[tuple] = []  # (parent job, x, y, [(lo, hi), ...])
-        run, process, push = _Solver.run, _Solver._process, _Store.push
+        run, process = _Solver.run, _Solver._process
 
         def recording_run(solver):
             self.solvers.append(solver)
@@ -57,32 +58,37 @@ class _Recorder:
                 self.branchings.append((job, x, y, children))
             return result
 
-        def recording_push(store, lo, hi, bound, depth, warm):
-            if self.current:
-                self.current[-1].append((np.array(lo).copy(), np.array(hi).copy(), warm))
-            return push(store, lo, hi, bound, depth, warm)
+        def recording(push):
+            def recording_push(store, lo, hi, bound, depth, warm):
+                if self.current:
+                    self.current[-1].append((np.array(lo).copy(), np.array(hi).copy(), warm))
+                return push(store, lo, hi, bound, depth, warm)
+
+            return recording_push
 
         monkeypatch.setattr(_Solver, "run", recording_run)
         monkeypatch.setattr(_Solver, "_process", recording_process)
-        monkeypatch.setattr(_Store, "push", recording_push)
+        for kind in (HostNodeStore, NodeStore):
+            monkeypatch.setattr(kind, "push", recording(kind.push))
 
 
 # -- node selection ------------------------------------------------------------------------
 
 
-def _filled_store(bounds, capacity=8):
-    store = _Store(capacity, 1)
+def _filled_store(bounds, kind, capacity=8):
+    store = kind(capacity, 1)
     for depth, b in enumerate(bounds):
         store.push(np.zeros(1), np.ones(1), b, depth, -1)
     return store
 
 
-def test_select_takes_the_newest_for_diving_and_the_rest_best_bound_first():
+@pytest.mark.parametrize("kind", [HostNodeStore, NodeStore])
+def test_select_takes_the_newest_for_diving_and_the_rest_best_bound_first(kind):
     # Guards the node order of the search: `dive` newest nodes, then best bound first
     # among the others, no node twice, closed nodes never. A selection by bound alone
     # (dive ignored) gives [1, 3, 5] below, one by order alone [5, 4, 3]; a dive that took
     # the highest row instead of the newest node picks row 5 after the recycling below.
-    store = _filled_store([5.0, 1.0, 3.0, 1.0, 4.0, 2.0])  # rows 0..5 in order
+    store = _filled_store([5.0, 1.0, 3.0, 1.0, 4.0, 2.0], kind)  # rows 0..5 in order
     assert store.select(3, 1) == [5, 1, 3]  # newest (row 5), then bounds 1, 1 (a tie)
     assert store.select(3, 0) == [1, 3, 5]  # dive 0: best bound only
     assert store.select(4, 2) == [5, 4, 1, 3]
@@ -113,13 +119,14 @@ def test_select_takes_the_newest_for_diving_and_the_rest_best_bound_first():
             assert all(store.open[i] for i in chosen)
 
 
-def test_select_with_equal_bounds_and_no_dive_is_deterministic():
+@pytest.mark.parametrize("kind", [HostNodeStore, NodeStore])
+def test_select_with_equal_bounds_and_no_dive_is_deterministic(kind):
     # Guards the best-bound order under ties: all bounds equal, the selection is the
     # lowest rows (a stable sort), and dive still takes the newest whatever their bound.
-    store = _filled_store([2.0] * 5)
+    store = _filled_store([2.0] * 5, kind)
     assert store.select(3, 0) == [0, 1, 2]
     assert store.select(3, 1) == [4, 0, 1]
-    store = _filled_store([math.inf, -math.inf, 0.0])
+    store = _filled_store([math.inf, -math.inf, 0.0], kind)
     assert store.select(2, 0) == [1, 2]  # infinite bounds order too
     assert store.select(1, 1) == [2]
 
