@@ -1479,7 +1479,10 @@ def batch_advance(
     :func:`batch_refill`), not from this call."""
     if evaluations is not None:  # a NumPy integer is one
         evaluations = check_integer("evaluations (or None)", evaluations, 1)
-    limit = jnp.asarray(_INT32_MAX if evaluations is None else evaluations, jnp.int32)
+    # a NumPy scalar: the jitted call takes it on its fast path, where jnp.asarray ran an
+    # eager conversion costing about 0.18 ms a call (a branch-and-bound calls this every
+    # round; scratch profile at B=1)
+    limit = np.int32(_INT32_MAX if evaluations is None else evaluations)
     advance = _batched_advance(_compiled_options(batch.options))
     limits = _limits(batch.options, batch.data.c.dtype)
     return _in_groups(
@@ -1798,7 +1801,10 @@ def _in_groups(batch: LPBatch, threads: int | None, run) -> LPBatch:
     back joined end to end: a gather and a scatter per group (any slots, one element at a
     time on CPU) cost several times as much."""
     size = batch.var_lower.shape[0]
-    groups = [g for g in np.array_split(np.arange(size), _thread_count(threads, size)) if g.size]
+    count = _thread_count(threads, size)
+    if count == 1:
+        return run(batch)
+    groups = [g for g in np.array_split(np.arange(size), count) if g.size]
     if len(groups) == 1:
         return run(batch)
 

@@ -338,7 +338,10 @@ class NodeStore:
 
 
 class HostNodeStore:
-    """The same contract as :class:`NodeStore` in host NumPy arrays of the full capacity."""
+    """The same contract as :class:`NodeStore` in host NumPy arrays of the full capacity.
+    The count and the least bound are kept as the nodes come and go (the least bound read
+    again only after a node left): a reduction over the capacity's 200,000 rows every round
+    cost about 0.1 ms (scratch profile at B=1)."""
 
     def __init__(self, capacity: int, sets: int) -> None:
         self.capacity = self.size = int(capacity)
@@ -351,6 +354,8 @@ class HostNodeStore:
         self.open = np.zeros(capacity, bool)
         self.free = list(range(capacity - 1, -1, -1))
         self.counter = 0
+        self.open_count = 0
+        self._least: float | None = np.inf  # None: to be computed
 
     def push(self, lo, hi, bound, depth, warm) -> int:
         if not self.free:
@@ -361,14 +366,20 @@ class HostNodeStore:
         self.order[i] = self.counter
         self.counter += 1
         self.open[i] = True
+        self.open_count += 1
+        if self._least is not None:
+            self._least = min(self._least, float(self.bound[i]))
         return i
 
     def pop(self, i: int) -> None:
+        if self.open[i]:
+            self.open_count -= 1
         self.open[i] = False
         self.free.append(i)
+        self._least = None
 
     def count(self) -> int:
-        return int(self.open.sum())
+        return self.open_count
 
     def select(self, k: int, dive: int) -> list[int]:
         dive = min(max(dive, 0), k)
@@ -401,8 +412,11 @@ class HostNodeStore:
         return [(int(i), float(self.bound[i]), int(self.warm[i])) for i in gone]
 
     def least_bound(self) -> float:
-        bounds = self.bound[self.open]
-        return float(bounds.min()) if bounds.size else np.inf
+        if self.open_count == 0:
+            return np.inf
+        if self._least is None:
+            self._least = float(self.bound[self.open].min())
+        return self._least
 
 
 def make_store(kind: str, capacity: int, sets: int):
