@@ -362,7 +362,7 @@ class _Job(NamedTuple):
     # node: the factor by which its LP is solved tighter than PWLOptions.lp's tolerance
     tighter: float = 1.0
     # a node solved again (tighter > 1): its LP's iteration cap, and the objective and
-    # safe bound of its first solve, whose point is ``warm`` (_Solver._tighten)
+    # safe bound of the solve before, whose point is ``warm`` (_Solver._tighten)
     cap: int = 0
     previous: tuple[float, float] = (math.nan, math.nan)
 

@@ -192,6 +192,8 @@ class NodeStore:
                 raise StoreFull
             self._grow()
         i = self.free.pop()
+        # (copies: the caller may change its arrays before the write)
+        lo, hi = np.array(lo, np.int32), np.array(hi, np.int32)
         self._pending.append((i, lo, hi, float(bound), int(depth), self.counter, int(warm)))
         self.counter += 1
         self.open_count += 1

@@ -159,3 +159,14 @@ def test_make_store_picks_by_backend_and_names_a_bad_kind():
     assert isinstance(make_store("host", 4, 2), HostNodeStore)
     with pytest.raises(ValueError, match=r"store must be one of \('auto', 'device', 'host'\)"):
         make_store("gpu", 4, 2)
+
+
+@pytest.mark.parametrize("kind", [NodeStore, HostNodeStore])
+def test_a_pushed_node_keeps_its_intervals_when_the_caller_changes_its_arrays(kind):
+    # (the device store writes pushes later, in one call: it holds copies until then)
+    store = kind(4, 2)
+    lo, hi = np.array([0, 1]), np.array([3, 4])
+    store.push(lo, hi, 1.0, 0, -1)
+    lo[0], hi[0] = 9, 9
+    ((_, got_lo, got_hi, *_),) = store.take(1, 0)
+    assert got_lo.tolist() == [0, 1] and got_hi.tolist() == [3, 4]
