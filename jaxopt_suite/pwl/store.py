@@ -38,6 +38,8 @@ START_ROWS = 1024
 
 
 STORES = ("auto", "device", "host")
+# the per-node arrays, readable as host copies (NodeStore.__getattr__)
+_FIELDS = ("lo", "hi", "bound", "depth", "order", "warm", "open")
 
 
 class StoreFull(Exception):
@@ -308,35 +310,13 @@ class NodeStore:
                 self._least = float(_least(self._arrays))
         return self._least
 
-    # ---- host copies, for inspection
+    # ---- host copies, for inspection: store.open, store.bound, store.lo, ... as NumPy
 
-    def _host(self, name: str) -> np.ndarray:
-        self._flush()
-        return np.asarray(self._arrays[name])
-
-    @property
-    def open(self) -> np.ndarray:
-        return self._host("open")
-
-    @property
-    def bound(self) -> np.ndarray:
-        return self._host("bound")
-
-    @property
-    def lo(self) -> np.ndarray:
-        return self._host("lo")
-
-    @property
-    def hi(self) -> np.ndarray:
-        return self._host("hi")
-
-    @property
-    def depth(self) -> np.ndarray:
-        return self._host("depth")
-
-    @property
-    def warm(self) -> np.ndarray:
-        return self._host("warm")
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name in _FIELDS:
+            self._flush()
+            return np.asarray(self._arrays[name])
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
 
 class HostNodeStore:

@@ -8,7 +8,16 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxopt_suite.lp import LP, instances, pdlp
+from jaxopt_suite.lp import (
+    LP,
+    batch_advance,
+    batch_refill,
+    batch_resize,
+    batch_solution,
+    batch_start,
+    instances,
+    pdlp,
+)
 from jaxopt_suite.lp.pdlp import LPOptions, Status, dual_bound, solve_lp, solve_lp_batch
 from tests.lp.conftest import highs
 
@@ -740,20 +749,17 @@ def test_refilled_slots_keep_their_own_objective_constant():
         batch_refill(batch, [0, 1], lower[:2], upper[:2], objective_offset=[1.0, np.nan])
 
 
+def _three_slots():
+    """A small LP and three bound-perturbed instances of it (the per-slot tests')."""
+    lp = _feasible_lp(7, m=10, n=12)
+    return (lp, *_perturbed_instances(lp, 3, columns=2, seed=2))
+
+
 def test_a_refilled_slot_keeps_its_own_tolerance():
     """A slot refilled with its own tolerance stops on it, the others on the batch's, and
     each slot equals the same instance in a batch run at that tolerance throughout (it
     moves with its slot through a resize, and the thread groups keep it too)."""
-    from jaxopt_suite.lp import (
-        batch_advance,
-        batch_refill,
-        batch_resize,
-        batch_solution,
-        batch_start,
-    )
-
-    lp = _feasible_lp(7, m=10, n=12)
-    lower, upper, costs = _perturbed_instances(lp, 3, columns=2, seed=2)
+    lp, lower, upper, costs = _three_slots()
     loose, tight = LPOptions(tolerance=1e-3), LPOptions(tolerance=1e-7)
     with jax.enable_x64(True):
         batch = batch_start(lp, lower, upper, costs, options=loose)
@@ -781,16 +787,7 @@ def test_a_refilled_slot_keeps_its_own_iteration_limit():
     """A slot refilled with its own iteration limit stops there with ITERATION_LIMIT, its
     iterate that of the same instance in a batch whose limit it is throughout; the other
     slots run to the tolerance as without it (through a resize and two thread groups)."""
-    from jaxopt_suite.lp import (
-        batch_advance,
-        batch_refill,
-        batch_resize,
-        batch_solution,
-        batch_start,
-    )
-
-    lp = _feasible_lp(7, m=10, n=12)
-    lower, upper, costs = _perturbed_instances(lp, 3, columns=2, seed=2)
+    lp, lower, upper, costs = _three_slots()
     options = LPOptions(tolerance=1e-7)
     with jax.enable_x64(True):
         free = solve_lp_batch(lp, lower, upper, costs, options=options, threads=1)
