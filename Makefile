@@ -33,7 +33,7 @@ demo: $(VENV)/.installed-all
 # 3 processes 13.7 min (`pytest -n 3 --dist loadfile`), so 2 it stays. The suite has grown
 # since those runs: from f7e6da4 on, 2 processes took 13.3 to 15.7 min (four runs, 2-core AMD EPYC),
 # and 14.9 min at 126f220 (1427 tests); 9.6 min at 43f95c9 (1431 tests) and 12.2 min at
-# 4de5dcc (1436 tests) on a 2-core Intel Xeon with AVX-512.
+# 4de5dcc (1436 tests), 10.2 min at 78c2f91 (1453 tests) on a 2-core Intel Xeon with AVX-512.
 # TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 
