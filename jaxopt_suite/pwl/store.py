@@ -27,6 +27,7 @@ top-k passes, against 0.3 ms for NumPy's over the open rows in a B=64 round; scr
 
 from __future__ import annotations
 
+import abc
 import functools
 
 import jax
@@ -157,7 +158,39 @@ def _grown(arrays: dict, size: int) -> dict:
     }
 
 
-class NodeStore:
+class _Tally(abc.ABC):
+    """The count and least bound of a store's open nodes, kept as nodes come and go (the
+    least bound computed again by the store, :meth:`_least_now`, only after one left)."""
+
+    open_count = 0
+    _least: float | None = np.inf  # None: to be computed
+
+    def count(self) -> int:
+        return self.open_count
+
+    def _opened(self, bound: float) -> None:
+        self.open_count += 1
+        if self._least is not None:
+            self._least = min(self._least, bound)
+
+    def _left(self, count: int) -> None:
+        self.open_count -= count
+        self._least = None
+
+    def least_bound(self) -> float:
+        """The least bound of the open nodes (inf: none)."""
+        if self.open_count == 0:
+            return np.inf
+        if self._least is None:
+            self._least = self._least_now()
+        return self._least
+
+    @abc.abstractmethod
+    def _least_now(self) -> float:
+        """The least bound over the open rows (at least one is open)."""
+
+
+class NodeStore(_Tally):
     """Open nodes of a search over ``sets`` SOS2 sets, at most ``capacity`` at a time (the
     module docstring)."""
 
@@ -178,14 +211,9 @@ class NodeStore:
         self.size = size
         self.free = list(range(size - 1, -1, -1))  # popped from the end
         self.counter = 0
-        self.open_count = 0
         self._pending: list[tuple] = []
-        self._least: float | None = np.inf  # None: to be read from the device
 
     # ---- host bookkeeping
-
-    def count(self) -> int:
-        return self.open_count
 
     def push(self, lo, hi, bound, depth, warm) -> int:
         """Stores a node; its row (written to the device with the next read)."""
@@ -198,9 +226,7 @@ class NodeStore:
         lo, hi = np.array(lo, np.int32), np.array(hi, np.int32)
         self._pending.append((i, lo, hi, float(bound), int(depth), self.counter, int(warm)))
         self.counter += 1
-        self.open_count += 1
-        if self._least is not None:
-            self._least = min(self._least, float(bound))
+        self._opened(float(bound))
         return i
 
     def _grow(self) -> None:
@@ -233,8 +259,7 @@ class NodeStore:
     def _release(self, rows) -> None:
         for i in rows:
             self.free.append(int(i))
-        self.open_count -= len(rows)
-        self._least = None
+        self._left(len(rows))
 
     # ---- device work
 
@@ -242,15 +267,12 @@ class NodeStore:
         """The rows of up to ``k`` open nodes: ``dive`` newest (at most ``k``), the rest by
         best bound (all of them, in row order, where at most ``k`` are open). They stay
         open (:meth:`take` closes them)."""
-        return [int(i) for i in self._chosen(k, dive) if i >= 0]
-
-    def _chosen(self, k: int, dive: int) -> np.ndarray:
         self._flush()
         if k <= 0 or self.open_count == 0:
-            return np.zeros(0, np.int32)
+            return []
         with jax.enable_x64(True):
             rows = _select(self._arrays, k, max(0, dive), width=_bucket(k, 1))
-        return np.asarray(rows)
+        return [int(i) for i in np.asarray(rows) if i >= 0]
 
     def take(self, k: int, dive: int) -> list[tuple]:
         """As :meth:`select`, and the nodes leave the store: ``(row, lo, hi, bound, depth,
@@ -300,15 +322,10 @@ class NodeStore:
         self._release(rows)
         return [(int(i), float(b), int(w)) for i, b, w in zip(rows, bound, warm, strict=True)]
 
-    def least_bound(self) -> float:
-        """The least bound of the open nodes (inf: none)."""
-        if self.open_count == 0:
-            return np.inf
-        if self._least is None:
-            self._flush()
-            with jax.enable_x64(True):
-                self._least = float(_least(self._arrays))
-        return self._least
+    def _least_now(self) -> float:
+        self._flush()
+        with jax.enable_x64(True):
+            return float(_least(self._arrays))
 
     # ---- host copies, for inspection: store.open, store.bound, store.lo, ... as NumPy
 
@@ -319,11 +336,10 @@ class NodeStore:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
 
-class HostNodeStore:
+class HostNodeStore(_Tally):
     """The same contract as :class:`NodeStore` in host NumPy arrays of the full capacity.
-    The count and the least bound are kept as the nodes come and go (the least bound read
-    again only after a node left): a reduction over the capacity's 200,000 rows every round
-    cost about 0.1 ms (scratch profile at B=1)."""
+    The count and the least bound are tallied (:class:`_Tally`): a reduction over the
+    capacity's 200,000 rows every round cost about 0.1 ms (scratch profile at B=1)."""
 
     def __init__(self, capacity: int, sets: int) -> None:
         self.capacity = self.size = int(capacity)
@@ -336,8 +352,6 @@ class HostNodeStore:
         self.open = np.zeros(capacity, bool)
         self.free = list(range(capacity - 1, -1, -1))
         self.counter = 0
-        self.open_count = 0
-        self._least: float | None = np.inf  # None: to be computed
 
     def push(self, lo, hi, bound, depth, warm) -> int:
         if not self.free:
@@ -348,20 +362,13 @@ class HostNodeStore:
         self.order[i] = self.counter
         self.counter += 1
         self.open[i] = True
-        self.open_count += 1
-        if self._least is not None:
-            self._least = min(self._least, float(self.bound[i]))
+        self._opened(float(self.bound[i]))
         return i
 
     def pop(self, i: int) -> None:
-        if self.open[i]:
-            self.open_count -= 1
+        self._left(int(self.open[i]))
         self.open[i] = False
         self.free.append(i)
-        self._least = None
-
-    def count(self) -> int:
-        return self.open_count
 
     def select(self, k: int, dive: int) -> list[int]:
         dive = min(max(dive, 0), k)
@@ -393,12 +400,8 @@ class HostNodeStore:
             self.pop(int(i))
         return [(int(i), float(self.bound[i]), int(self.warm[i])) for i in gone]
 
-    def least_bound(self) -> float:
-        if self.open_count == 0:
-            return np.inf
-        if self._least is None:
-            self._least = float(self.bound[self.open].min())
-        return self._least
+    def _least_now(self) -> float:
+        return float(self.bound[self.open].min())
 
 
 def make_store(kind: str, capacity: int, sets: int):
